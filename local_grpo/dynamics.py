@@ -125,7 +125,9 @@ def step(p, p_ref, beta, kl="ref", norm="meanstd", alpha=0.5, eps=1e-5):
     if p_ref <= 0.0 or p_ref >= 1.0:
         return float(p_ref)
     a = ref_weight(kl, alpha)
-    gain = (1.0 - a) * (logit(p) - logit(p_ref)) + omega(p, norm, eps) / beta
+    gain = omega(p, norm, eps) / beta
+    if a < 1.0:  # (skipped for kl="ref": 0·inf at p = 1 would give nan)
+        gain += (1.0 - a) * (logit(p) - logit(p_ref))
     return sigmoid(logit(p_ref) + gain)
 
 
