@@ -76,6 +76,8 @@ def _run_from_dir(args) -> int:
         raise UserError(f"--from-run: {run_dir} is not a directory")
     p_refs, prompts, source = read_p_refs(run_dir)
     params = _params_from_flags(args, params_from_config(run_dir, beta_given=args.beta is not None))
+    if "beta" not in params:
+        raise UserError(f"--beta is required: {run_dir} has no config.yaml with grpo.beta")
     result = dynamics.predict_dataset(p_refs, **params)
     for row, prompt in zip(result["per_prompt"], prompts):
         row["prompt"] = prompt
@@ -145,19 +147,17 @@ def params_from_config(run_dir, beta_given=False):
         raise UserError(f"{config_path}: 'grpo' must be a mapping")
 
     params = {}
-    kl = grpo.get("kl")
-    if kl is not None:
-        params["kl"] = kl
-    if grpo.get("alpha") is not None:
-        params["alpha"] = grpo["alpha"]
-    beta = grpo.get("beta")
-    if beta is None:
-        return params
-    if beta == 0:
-        # TRL's β = 0 means no KL term: the predictor needs a step size from the user
+    beta = grpo.get("beta", 0.0)
+    # config.py's rule: kl null means "ref" when beta > 0, else "none"
+    kl = grpo.get("kl") or ("ref" if beta and beta > 0 else "none")
+    params["kl"] = kl
+    if grpo.get("kl_alpha") is not None:
+        params["alpha"] = grpo["kl_alpha"]
+    if kl == "none" or not beta:
+        # no KL term: the predictor needs a step size from the user (mirror dynamics)
         params["kl"] = "none"
         if not beta_given:
-            raise UserError(f"--beta is required: {config_path} has grpo.beta = 0 (no KL); pass --beta as a step size")
+            raise UserError(f"--beta is required: {config_path} has no KL (grpo.kl none / beta 0); pass --beta as a step size")
         beta = 1.0  # overridden by the flag
     mapped = dynamics.mapping_from_trl(
         beta, grpo.get("scale_rewards", "group"), grpo.get("num_generations", 8)

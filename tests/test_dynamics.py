@@ -323,3 +323,22 @@ def test_cli_from_run_without_data_is_a_user_error(tmp_path, capsys):
         run_cli(["--from-run", str(write_run(tmp_path / "empty"))], capsys)
     with pytest.raises(UserError, match="not a directory"):
         run_cli(["--from-run", str(tmp_path / "missing")], capsys)
+
+
+def test_cli_from_run_reads_kl_both_and_resolves_kl_null(tmp_path, capsys):
+    p_ref = {"k": 4, "per_prompt": [{"prompt": "x", "p_ref": 0.25}], "mean": 0.25}
+    both = write_run(tmp_path / "both", p_ref=p_ref,
+                     config="grpo:\n  beta: 0.5\n  kl: both\n  kl_alpha: 0.25\n  scale_rewards: none\n")
+    params = json.loads(run_cli(["--from-run", str(both), "--json"], capsys)[1])["params"]
+    assert (params["kl"], params["alpha"], params["beta"], params["norm"]) == ("both", 0.25, 0.5, "mean")
+
+    null = write_run(tmp_path / "null", p_ref=p_ref, config="grpo:\n  beta: 0.5\n  kl: null\n")
+    assert json.loads(run_cli(["--from-run", str(null), "--json"], capsys)[1])["params"]["kl"] == "ref"
+
+
+def test_cli_from_run_without_config_needs_beta(tmp_path, capsys):
+    run_dir = write_run(tmp_path / "run", p_ref={"k": 4, "per_prompt": [{"prompt": "x", "p_ref": 0.5}], "mean": 0.5})
+    with pytest.raises(UserError, match="--beta"):
+        run_cli(["--from-run", str(run_dir)], capsys)
+    result = json.loads(run_cli(["--from-run", str(run_dir), "--beta", "1", "--norm", "mean", "--json"], capsys)[1])
+    assert result["p_star"] == pytest.approx(sigmoid(1.0))
