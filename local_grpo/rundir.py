@@ -1,0 +1,178 @@
+"""The run directory: the files a run writes and everything else (app, eval, export) reads.
+
+    RUN_DIR/config.yaml        the full resolved config
+    RUN_DIR/metrics.jsonl      one object per logged step
+    RUN_DIR/completions.jsonl  one object per sampled completion
+    RUN_DIR/events.jsonl       warnings, alerts, reward faults
+    RUN_DIR/p_ref.json         per-prompt success of the starting model (when measured)
+    RUN_DIR/control.json       live changes from the app (reward weights), read each step
+    RUN_DIR/checkpoints/       trainer checkpoints (for --resume)
+    RUN_DIR/adapter/           the final LoRA adapter
+
+Lines are appended whole (one write + flush per line); readers tolerate a torn last line.
+This module must not import torch, transformers or trl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Any, Iterator
+
+from .errors import UserError
+
+CONFIG = "config.yaml"
+METRICS = "metrics.jsonl"
+COMPLETIONS = "completions.jsonl"
+EVENTS = "events.jsonl"
+P_REF = "p_ref.json"
+CONTROL = "control.json"
+CHECKPOINTS = "checkpoints"
+ADAPTER = "adapter"
+SUMMARY = "summary.json"
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """All whole JSON objects in a jsonl file; a torn or garbled line is skipped, a missing file is []."""
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: str) -> Iterator[dict]:
+    if not os.path.exists(path):
+        return
+    with open(path, "rb") as fh:
+        for raw in fh:
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                continue  # a torn last line (killed writer) or a garbled one
+            if isinstance(obj, dict):
+                yield obj
+
+
+def _json_default(value: Any):
+    try:  # numpy / torch scalars
+        return value.item()
+    except AttributeError:
+        return str(value)
+
+
+class RunDir:
+    """A run directory on disk. Create it with `create` (new run) or `open` (resume / read)."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+
+    # --- creation --------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str, overwrite: bool = False) -> "RunDir":
+        """Make a new, empty run directory. An existing non-empty one is refused unless overwrite."""
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise UserError(f"--output: {path} exists and is not a directory")
+        if os.path.isdir(path) and os.listdir(path):
+            if not overwrite:
+                raise UserError(
+                    f"--output: run directory {path} already exists; use --resume to continue it, "
+                    "--overwrite to replace it, or another --output"
+                )
+            shutil.rmtree(path)
+        try:
+            os.makedirs(path, exist_ok=True)
+            probe = os.path.join(path, ".write-test")
+            with open(probe, "w") as fh:
+                fh.write("ok")
+            os.remove(probe)
+        except OSError as exc:
+            raise UserError(f"--output: cannot write to {path} ({exc.strerror or exc})") from None
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: str) -> "RunDir":
+        """An existing run directory (it must hold a config.yaml)."""
+        run = cls(path)
+        if not os.path.isfile(run.file(CONFIG)):
+            raise UserError(f"run directory {path}: no {CONFIG} here (not a local-grpo run directory)")
+        return run
+
+    # --- paths -----------------------------------------------------------------------------
+    def file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    @property
+    def checkpoints_dir(self) -> str:
+        return self.file(CHECKPOINTS)
+
+    @property
+    def adapter_dir(self) -> str:
+        return self.file(ADAPTER)
+
+    def last_checkpoint(self) -> str | None:
+        """The newest `checkpoint-N` folder, or None."""
+        folder = self.checkpoints_dir
+        if not os.path.isdir(folder):
+            return None
+        steps = []
+        for name in os.listdir(folder):
+            if name.startswith("checkpoint-") and name.split("-")[-1].isdigit():
+                if os.path.isfile(os.path.join(folder, name, "trainer_state.json")):
+                    steps.append(int(name.split("-")[-1]))
+        return os.path.join(folder, f"checkpoint-{max(steps)}") if steps else None
+
+    # --- writing ---------------------------------------------------------------------------
+    def append(self, name: str, record: dict) -> None:
+        """Append one JSON object as one whole line (write + flush)."""
+        line = json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
+        with open(self.file(name), "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+
+    def event(self, type: str, message: str, **fields) -> dict:
+        """Record a warning, alert or fault in events.jsonl and return it."""
+        record = {"time": round(time.time(), 3), "type": type, "message": message, **fields}
+        self.append(EVENTS, record)
+        return record
+
+    def write_json(self, name: str, obj: Any) -> None:
+        """Write a whole JSON file atomically (temp file + rename)."""
+        tmp = self.file(name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(obj, fh, indent=1, ensure_ascii=False, default=_json_default)
+        os.replace(tmp, self.file(name))
+
+    def read_json(self, name: str) -> Any:
+        try:
+            with open(self.file(name), encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def keep_steps_up_to(self, name: str, step: int) -> int:
+        """Drop records with step > `step` (and any torn line) from a jsonl file; returns lines dropped.
+
+        Used on --resume: the trainer restarts from the checkpoint at `step`, so later lines would
+        otherwise appear twice.
+        """
+        path = self.file(name)
+        if not os.path.exists(path):
+            return 0
+        with open(path, "rb") as fh:
+            total = sum(1 for _ in fh)
+        kept = [r for r in read_jsonl(path) if int(r.get("step", 0)) <= step]
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for record in kept:
+                fh.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
+        os.replace(tmp, path)
+        return total - len(kept)
+
+    # --- reading ---------------------------------------------------------------------------
+    def metrics(self) -> list[dict]:
+        return read_jsonl(self.file(METRICS))
+
+    def completions(self) -> list[dict]:
+        return read_jsonl(self.file(COMPLETIONS))
+
+    def events(self) -> list[dict]:
+        return read_jsonl(self.file(EVENTS))
