@@ -1,0 +1,19 @@
+"""The reward library: built-in GRPO rewards, user reward files, and the safe wrapper every call goes through.
+
+    import rewards
+    fn = rewards.get("correct_numeric")                 # a SafeReward with TRL's signature
+    fn(["Answer: 85"], answer=["85"])                   # [1.0]
+    rewards.get("my_rewards.py:brevity", timeout_s=2)   # user code runs in a child process
+    rewards.load("my_rewards.py")                       # every public function of the file
+    rewards.names(), rewards.describe("length_target")
+    rewards.parse_reward_list("format_soft:0.5,correct_numeric")
+
+Rewards never raise inside training: faults become None scores plus events (SafeReward.drain_events).
+This package must not import the trainer (local_grpo) or any model code.
+"""
+
+from rewards.errors import RewardSpecError
+from rewards.registry import describe, get, load, names, parse_reward_list
+from rewards.safe import SafeReward
+
+__all__ = ["RewardSpecError", "SafeReward", "describe", "get", "load", "names", "parse_reward_list"]

@@ -1,0 +1,268 @@
+"""Correctness rewards: is the completion's final answer the gold answer (the `answer` column)?
+
+Factories returning TRL-signature functions. Correct → scale (1.0), wrong → 0.0, None when the
+gold answer cannot be judged. The final answer comes from rewards.extract (answer block, then
+answer marker, then \\boxed{}, then last number), so empty/duplicate answer blocks, answers hidden
+in the reasoning and echoed prompt numbers never count. Only correct_math leaves this process
+(math-verify runs in rewards.mathcheck's child pool).
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+
+from rewards.extract import (after_last_marker, answer_region, completion_texts, final_answer, first_number,
+                             gold_number, gold_text, numbers_match, predicted_number, prompt_texts)
+from rewards.safe import note_fault
+
+
+def column(kwargs: dict, name: str, count: int) -> list:
+    """A dataset column passed by the trainer, checked to have one value per completion."""
+    values = kwargs.get(name)
+    if values is None:
+        raise KeyError(f"needs the dataset column {name!r} (got columns: {', '.join(sorted(kwargs)) or 'none'})")
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        values = [values] * count
+    if len(values) != count:
+        raise ValueError(f"column {name!r} has {len(values)} values for {count} completions")
+    return list(values)
+
+
+def numeric_verdict(text: str, prompt: str, gold, tolerance: float = 1e-6) -> bool | None:
+    """True/False for the completion's final number against the gold number; None when the gold has no number."""
+    gold_value = gold_number(gold)
+    if gold_value is None:
+        return None
+    return numbers_match(predicted_number(text, prompt), gold_value, tolerance)
+
+
+def exact_verdict(text: str, gold) -> bool | None:
+    """True/False for the normalised final answer string against the gold; None for an empty gold."""
+    target = normalized(gold_text(gold))
+    if not target:
+        return None
+    region = answer_region(text)
+    if region is None:
+        return False
+    tail = after_last_marker(region)
+    if tail is not None and tail.strip():
+        candidate = tail
+    else:
+        candidate, source = final_answer(region)
+        if source != "boxed":
+            candidate = region
+    return normalized(candidate or "") == target
+
+
+def normalized(text: str) -> str:
+    """Lower-case, collapsed whitespace, outer quotes/punctuation/$ and \\text{} removed."""
+    text = re.sub(r"\\text\{([^{}]*)\}", r"\1", str(text))
+    text = " ".join(text.split()).lower()
+    return text.strip(" .,;:!\"'`*$")
+
+
+def is_correct(text: str, prompt: str, gold) -> bool | None:
+    """Correctness used by the length rewards: numeric when the gold is a number, else exact match."""
+    verdict = numeric_verdict(text, prompt, gold)
+    return verdict if verdict is not None else exact_verdict(text, gold)
+
+
+def correct_exact(scale: float = 1.0):
+    """Final answer equals the gold answer as text (case, spacing, quotes, trailing period ignored). Range [0, scale]."""
+
+    def correct_exact_reward(completions, **kwargs):
+        golds = column(kwargs, "answer", len(completions))
+        verdicts = [exact_verdict(t, g) for t, g in zip(completion_texts(completions), golds)]
+        return [None if v is None else (scale if v else 0.0) for v in verdicts]
+
+    return correct_exact_reward
+
+
+def correct_numeric(tolerance: float = 1e-6, scale: float = 1.0, partial: bool = False):
+    """Final number equals the gold number within a relative tolerance (commas, $, %, units, a/b). Range [0, scale].
+
+    partial=True gives ratio partial credit like Unsloth's check_answer: 0.5·scale within 10 %,
+    0.25·scale within 20 %.
+    """
+    if float(tolerance) < 0:
+        raise ValueError("tolerance must be >= 0")
+
+    def score(text: str, prompt: str, gold) -> float | None:
+        gold_value = gold_number(gold)
+        if gold_value is None:
+            return None
+        predicted = predicted_number(text, prompt)
+        if numbers_match(predicted, gold_value, float(tolerance)):
+            return float(scale)
+        if partial and predicted is not None and gold_value != 0:
+            ratio = predicted / gold_value
+            if 0.9 <= ratio <= 1.1:
+                return 0.5 * scale
+            if 0.8 <= ratio <= 1.2:
+                return 0.25 * scale
+        return 0.0
+
+    def correct_numeric_reward(completions, **kwargs):
+        golds = column(kwargs, "answer", len(completions))
+        prompts = prompt_texts(kwargs.get("prompts"), len(completions))
+        return [score(t, p, g) for t, p, g in zip(completion_texts(completions), prompts, golds)]
+
+    return correct_numeric_reward
+
+
+def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
+    """Symbolic equivalence with math-verify (\\boxed{} first), in child processes. Range [0, scale]; None if gold unparseable."""
+    from rewards.mathcheck import judge_pairs
+
+    def correct_math_reward(completions, **kwargs):
+        golds = column(kwargs, "answer", len(completions))
+        regions = [answer_region(t) for t in completion_texts(completions)]
+        pairs = [(gold_text(g), r) for g, r in zip(golds, regions) if r is not None]
+        outcomes = iter(judge_pairs(pairs, float(timeout_s)))
+        scores = []
+        for region in regions:
+            if region is None:
+                scores.append(0.0)
+                continue
+            status, value = next(outcomes)
+            if status != "ok":
+                note_fault("timeout" if status == "timeout" else "exception", f"math-verify: {value}", 1)
+                scores.append(None)
+            else:
+                scores.append(None if value is None else value * scale)
+        return scores
+
+    return correct_math_reward
+
+
+GSM8K_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
+GSM8K_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
+
+
+def gsm8k_number(text: str) -> float | None:
+    """A GSM8K-style number string ("1,234", "$5", "72.") as a float, or None."""
+    cleaned = text.replace(",", "").replace("$", "").rstrip(".")
+    try:
+        return float(cleaned)
+    except ValueError:
+        return None
+
+
+def gsm8k_strict(scale: float = 1.0):
+    """verl's strict GSM8K check: the last "#### <number>" in the completion equals the gold. Range [0, scale]."""
+
+    def score(text: str, gold) -> float | None:
+        gold_value = gold_number(gold)
+        if gold_value is None:
+            return None
+        matches = GSM8K_STRICT.findall(text)
+        predicted = gsm8k_number(matches[-1]) if matches else None
+        return float(scale) if numbers_match(predicted, gold_value) else 0.0
+
+    def gsm8k_strict_reward(completions, **kwargs):
+        golds = column(kwargs, "answer", len(completions))
+        return [score(t, g) for t, g in zip(completion_texts(completions), golds)]
+
+    return gsm8k_strict_reward
+
+
+def gsm8k_flexible(scale: float = 1.0):
+    """verl's flexible GSM8K check: the last number anywhere in the completion equals the gold. Range [0, scale]."""
+
+    def score(text: str, gold) -> float | None:
+        gold_value = gold_number(gold)
+        if gold_value is None:
+            return None
+        candidates = [a or b for a, b in GSM8K_FLEXIBLE.findall(text) if (a or b) not in ("", ".")]
+        values = [v for v in (gsm8k_number(c) for c in candidates) if v is not None]
+        return float(scale) if values and numbers_match(values[-1], gold_value) else 0.0
+
+    def gsm8k_flexible_reward(completions, **kwargs):
+        golds = column(kwargs, "answer", len(completions))
+        return [score(t, g) for t, g in zip(completion_texts(completions), golds)]
+
+    return gsm8k_flexible_reward
+
+
+def integer_answer(bonus: float = 0.5):
+    """Bonus when the final answer is a whole number (Unsloth's int check). Range [0, bonus]."""
+
+    def score(text: str, prompt: str) -> float:
+        value = predicted_number(text, prompt)
+        return float(bonus) if value is not None and float(value).is_integer() else 0.0
+
+    def integer_answer_reward(completions, **kwargs):
+        prompts = prompt_texts(kwargs.get("prompts"), len(completions))
+        return [score(t, p) for t, p in zip(completion_texts(completions), prompts)]
+
+    return integer_answer_reward
+
+
+COUNTDOWN_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def countdown_value(node: ast.AST, used: list[int]) -> float:
+    """Evaluate an equation AST of integers and + - * / only; collects the numbers used. ValueError otherwise."""
+    if isinstance(node, ast.Expression):
+        return countdown_value(node.body, used)
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        used.append(node.value)
+        return float(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in COUNTDOWN_OPS:
+        left, right = countdown_value(node.left, used), countdown_value(node.right, used)
+        if isinstance(node.op, ast.Div) and right == 0:
+            raise ValueError("division by zero")
+        return COUNTDOWN_OPS[type(node.op)](left, right)
+    raise ValueError("only integers, + - * / and parentheses are allowed")
+
+
+def countdown_equation(text: str) -> str | None:
+    """The equation the completion proposes: the answer region (or text after the last marker), left of any '='."""
+    region = answer_region(text)
+    if region is None:
+        return None
+    tail = after_last_marker(region)
+    if tail is not None and tail.strip():
+        candidate = tail
+    else:
+        lines = region.strip().splitlines()
+        candidate = lines[-1] if lines else ""
+    candidate = candidate.replace("×", "*").replace("÷", "/").replace("−", "-").replace("\\times", "*")
+    candidate = candidate.split("=")[0].strip().strip("$").strip()
+    if not candidate or not re.fullmatch(r"[\d+\-*/().\s]+", candidate) or len(candidate) > 200:
+        return None
+    return candidate
+
+
+def countdown(format_score: float = 0.1, scale: float = 1.0):
+    """TinyZero countdown: the equation uses each of `nums` at most once, only + - * /, and equals `target`.
+
+    Columns `target` and `nums`. scale when right, format_score for a well-formed but wrong
+    equation, 0.0 without one. Range [0, max(scale, format_score)].
+    """
+
+    def score(text: str, target, numbers) -> float:
+        equation = countdown_equation(text)
+        if equation is None:
+            return 0.0
+        used: list[int] = []
+        try:
+            value = countdown_value(ast.parse(equation, mode="eval"), used)
+        except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError, MemoryError):
+            return 0.0
+        available = list(numbers)
+        for number in used:
+            if number not in available:
+                return float(format_score)
+            available.remove(number)
+        return float(scale) if abs(value - float(target)) < 1e-5 else float(format_score)
+
+    def countdown_reward(completions, **kwargs):
+        count = len(completions)
+        targets, numbers = column(kwargs, "target", count), column(kwargs, "nums", count)
+        return [score(t, target, [int(n) for n in nums])
+                for t, target, nums in zip(completion_texts(completions), targets, numbers)]
+
+    return countdown_reward

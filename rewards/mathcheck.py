@@ -1,0 +1,118 @@
+"""Symbolic answer checking with math-verify, run in a pool of child processes with our own timeouts.
+
+math-verify's own timeouts use signal.alarm, which raises off the main thread (and user code
+that catches it scores 0 silently); here they are disabled (parsing_timeout=None,
+timeout_seconds=None) and every item runs in a rewards.worker child with a per-item deadline.
+`judge` is the child-side function; `judge_pairs` is what rewards call in the parent. A fast path
+decides plain-integer answers in the parent, with the same result math-verify gives.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+from collections import OrderedDict
+
+from rewards.extract import boxed_contents
+
+PLAIN_INTEGER = re.compile(r"\s*-?\d+\s*")
+POOL_LOCK = threading.Lock()
+POOL = None
+CACHE: "OrderedDict[tuple[str, str], float | None]" = OrderedDict()
+CACHE_SIZE = 50_000
+
+
+def prediction_config():
+    """math-verify extraction for completions: \\boxed{} first, then other LaTeX, then plain expressions."""
+    from latex2sympy2_extended import NormalizationConfig
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    return [LatexExtractionConfig(normalization_config=NormalizationConfig(units=True), boxed_match_priority=0),
+            ExprExtractionConfig()]
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed_gold(gold: str):
+    """The gold answer parsed once per child (math-verify defaults, no signal-based timeout)."""
+    from math_verify import parse
+
+    return parse(gold, parsing_timeout=None)
+
+
+@functools.lru_cache(maxsize=1)
+def cached_prediction_config():
+    """prediction_config built once per process."""
+    return prediction_config()
+
+
+def judge(item: tuple[str, str]) -> float | None:
+    """Child side: 1.0 when the prediction text verifies against the gold, 0.0 when not, None if gold unparseable."""
+    import logging
+
+    from math_verify import parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    gold, prediction = item
+    gold_parsed = parsed_gold(gold)
+    if not gold_parsed:
+        return None
+    predicted = parse(prediction, extraction_config=cached_prediction_config(), extraction_mode="first_match",
+                      parsing_timeout=None)
+    return float(verify(gold_parsed, predicted, timeout_seconds=None))
+
+
+def fast_judgement(gold: str, prediction: str) -> float | None:
+    """The verdict for a plain-integer gold and exactly one \\boxed{integer} in the prediction; None if not that case."""
+    if not PLAIN_INTEGER.fullmatch(gold):
+        return None
+    boxes = boxed_contents(prediction)
+    if len(boxes) != 1 or not PLAIN_INTEGER.fullmatch(boxes[0]):
+        return None
+    if prediction.count("\\boxed") + prediction.count("\\fbox") != 1:
+        return None
+    return 1.0 if int(boxes[0]) == int(gold) else 0.0
+
+
+def pool():
+    """The shared pool of math-verify children (started on first use, two at most on small machines)."""
+    global POOL
+    with POOL_LOCK:
+        if POOL is None:
+            from rewards.worker import ChildPool
+
+            size = max(1, min(2, os.cpu_count() or 1))
+            POOL = ChildPool(size, "rewards.mathcheck", memory_mb=4096, label="math-verify")
+        return POOL
+
+
+def remember(key: tuple[str, str], verdict: float | None) -> None:
+    """Keep a verdict in the bounded result cache."""
+    with POOL_LOCK:
+        CACHE[key] = verdict
+        if len(CACHE) > CACHE_SIZE:
+            CACHE.popitem(last=False)
+
+
+def judge_pairs(pairs: list[tuple[str, str]], item_timeout_s: float = 5.0, use_fast_path: bool = True):
+    """Verdicts for (gold, prediction) pairs: ("ok", 1.0|0.0|None) or ("timeout"|"error", message) each.
+
+    Duplicates and earlier results come from a cache; plain-integer boxed answers from the fast
+    path; the rest from the child pool.
+    """
+    results: dict[tuple[str, str], tuple[str, object]] = {}
+    for pair in pairs:
+        if pair in results:
+            continue
+        cached = CACHE.get(pair, "missing")
+        if cached != "missing":
+            results[pair] = ("ok", cached)
+        elif use_fast_path and (verdict := fast_judgement(*pair)) is not None:
+            results[pair] = ("ok", verdict)
+    todo = [pair for pair in dict.fromkeys(pairs) if pair not in results]
+    for pair, outcome in zip(todo, pool().map("judge", todo, item_timeout_s)):
+        results[pair] = outcome
+        if outcome[0] == "ok":
+            remember(pair, outcome[1])
+    return [results[pair] for pair in pairs]
