@@ -1,0 +1,106 @@
+"""Config: YAML round trip, presets, overrides and up-front validation with one-line errors."""
+
+import pytest
+
+from local_grpo import config as cfg
+from local_grpo.errors import UserError
+from local_grpo.presets import PRESETS, apply_preset
+
+
+def test_yaml_round_trip(tmp_path):
+    config = cfg.Config()
+    config.grpo.num_generations = 4
+    config.rewards = [cfg.RewardSpec("correct_numeric", 1.0), cfg.RewardSpec("format_soft", 0.2, {"marker": "Answer:"})]
+    path = tmp_path / "c.yaml"
+    cfg.save(config, str(path))
+    again = cfg.load(str(path))
+    assert cfg.to_dict(again) == cfg.to_dict(config)
+
+
+def test_yaml_reads_scientific_learning_rate(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("grpo:\n  learning_rate: 2e-4\n")
+    assert cfg.load(str(path)).grpo.learning_rate == pytest.approx(2e-4)
+
+
+def test_preset_lies_under_file_values(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("preset: 8gb\ngrpo:\n  num_generations: 4\n  per_device_train_batch_size: 8\n")
+    config = cfg.load(str(path))
+    assert config.preset == "8gb"
+    assert config.model.load_in_4bit is True  # from the preset
+    assert config.grpo.num_generations == 4  # the file wins
+    assert config.grpo.max_completion_length == PRESETS["8gb"]["grpo"]["max_completion_length"]
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_validates(name):
+    config = cfg.from_dict(apply_preset(name, {}))
+    cfg.validate(config)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda c: setattr(c.grpo, "loss_type", "grpoo"), "grpo.loss_type"),
+        (lambda c: setattr(c.grpo, "scale_rewards", "std"), "grpo.scale_rewards"),
+        (lambda c: setattr(c.grpo, "num_generations", 1), "grpo.num_generations"),
+        (lambda c: setattr(c.grpo, "per_device_train_batch_size", 10), "grpo.per_device_train_batch_size"),
+        (lambda c: setattr(c.grpo, "temperature", 0), "grpo.temperature"),
+        (lambda c: setattr(c.grpo, "beta", -1.0), "grpo.beta"),
+        (lambda c: setattr(c.grpo, "kl", "sideways"), "grpo.kl"),
+        (lambda c: setattr(c.grpo, "kl", "ref"), "grpo.beta"),
+        (lambda c: setattr(c.grpo, "max_completion_length", 4096), "grpo.max_completion_length"),
+        (lambda c: setattr(c.lora, "r", 0), "lora.r"),
+        (lambda c: setattr(c.lora, "target_modules", []), "lora.target_modules"),
+        (lambda c: setattr(c, "backend", "jax"), "backend"),
+        (lambda c: setattr(c.data, "task", "poetry"), "data.task"),
+        (lambda c: setattr(c.model, "dtype", "int3"), "model.dtype"),
+        (lambda c: setattr(c.grpo, "max_steps", "ten"), "grpo.max_steps"),
+    ],
+)
+def test_validation_names_the_field(change, field):
+    config = cfg.Config()
+    change(config)
+    with pytest.raises(UserError) as err:
+        cfg.validate(config)
+    message = str(err.value)
+    assert field in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("grpo:\n  num_generatons: 4\n", "grpo.num_generatons"),
+        ("modle: {}\n", "unknown key 'modle'"),
+        ("grpo: [1, 2]\n", "grpo: expected a mapping"),
+        ("rewards: 3\n", "rewards must be a list"),
+        ("grpo:\n  learning_rate: fast\n", "grpo.learning_rate"),
+        ("schema_version: 0\n", "schema_version 0"),
+        ("grpo: {num_generations: 4\n", "invalid YAML"),
+        ("- a\n- b\n", "expected a mapping at the top level"),
+    ],
+)
+def test_bad_yaml_names_file_and_key(tmp_path, text, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as err:
+        cfg.load(str(path))
+    assert expected in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_override_flags_cover_common_fields():
+    flags = cfg.override_fields()
+    for flag in ("num-generations", "max-completion-length", "learning-rate", "beta", "lora-r", "load-in-4bit",
+                 "model", "task", "dataset", "max-steps", "loss-type", "scale-rewards", "temperature"):
+        assert flag in flags
+    config = cfg.apply_overrides(cfg.Config(), {"num-generations": 4, "lora-r": 8, "load-in-4bit": True})
+    assert (config.grpo.num_generations, config.lora.r, config.model.load_in_4bit) == (4, 8, True)
+
+
+def test_kl_mode_follows_beta():
+    config = cfg.Config()
+    assert config.kl_mode == "none"
+    config.grpo.beta = 0.04
+    assert config.kl_mode == "ref"
