@@ -13,7 +13,7 @@ import ast
 import operator
 import re
 
-from rewards.extract import (after_last_marker, answer_region, completion_texts, final_answer, first_number,
+from rewards.extract import (after_last_marker, answer_region, completion_texts, echoes_prompt, final_answer,
                              gold_number, gold_text, numbers_match, predicted_number, prompt_texts)
 from rewards.safe import note_fault
 
@@ -113,12 +113,18 @@ def correct_numeric(tolerance: float = 1e-6, scale: float = 1.0, partial: bool =
 
 
 def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
-    """Symbolic equivalence with math-verify (\\boxed{} first), in child processes. Range [0, scale]; None if gold unparseable."""
+    """Symbolic equivalence with math-verify (\\boxed{} first), in child processes. Range [0, scale]; None if gold unparseable.
+
+    A completion whose numbers are all the prompt's own (e.g. "47 + 38" for "What is 47 + 38?")
+    scores 0.0 even though math-verify would evaluate it to the gold.
+    """
     from rewards.mathcheck import judge_pairs
 
     def correct_math_reward(completions, **kwargs):
         golds = column(kwargs, "answer", len(completions))
-        regions = [answer_region(t) for t in completion_texts(completions)]
+        prompts = prompt_texts(kwargs.get("prompts"), len(completions))
+        regions = [None if region is None or echoes_prompt(region, prompt) else region
+                   for region, prompt in zip((answer_region(t) for t in completion_texts(completions)), prompts)]
         pairs = [(gold_text(g), r) for g, r in zip(golds, regions) if r is not None]
         outcomes = iter(judge_pairs(pairs, float(timeout_s)))
         scores = []
