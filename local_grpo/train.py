@@ -295,7 +295,12 @@ class RunDirCallback:
         self._started = time.time()
 
     def attach(self, trainer) -> None:
+        """Add this callback to the trainer, replacing transformers' own log printers."""
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
         self.trainer = trainer
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
         trainer.add_callback(self)
 
     @staticmethod
