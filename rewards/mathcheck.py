@@ -35,10 +35,13 @@ def prediction_config():
 
 @functools.lru_cache(maxsize=4096)
 def parsed_gold(gold: str):
-    """The gold answer parsed once per child (math-verify defaults, no signal-based timeout)."""
+    """The gold answer parsed once per child (math-verify defaults, retried as $…$ LaTeX; no signal-based timeout)."""
     from math_verify import parse
 
-    return parse(gold, parsing_timeout=None)
+    parsed = parse(gold, parsing_timeout=None)
+    if not parsed and "$" not in gold:
+        parsed = parse(f"${gold}$", parsing_timeout=None)
+    return parsed
 
 
 @functools.lru_cache(maxsize=1)

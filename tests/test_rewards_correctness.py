@@ -1,0 +1,203 @@
+"""Table-driven tests for the correctness rewards, including the answer-extraction traps."""
+
+import threading
+
+import pytest
+
+import rewards
+
+PROMPT = "What is 47 + 38? End with 'Answer: <number>'."
+CHAT = [{"role": "assistant", "content": "Adding gives 85.\nAnswer: 85"}]
+
+NUMERIC_CASES = [
+    ("Answer: 85", "85", 1.0),
+    ("47 + 38 = 85\nAnswer: 85", "85", 1.0),
+    ("The answer is 85.", "85", 1.0),
+    ("I think it's 84. Answer: 85", "85", 1.0),
+    ("Answer: 85. (I first thought 84)", "85", 1.0),
+    ("Answer: 84", "85", 0.0),
+    ("\\boxed{85}", "85", 1.0),
+    ("So 47+38=85", "85", 1.0),
+    ("The sum is 85 apples", "85", 1.0),
+    ("<answer>85</answer>", "85", 1.0),
+    ("<think>47+38 is 85</think><answer> 85 </answer>", "85", 1.0),
+    (CHAT, "85", 1.0),
+    ([{"role": "assistant", "content": [{"type": "text", "text": "Answer: 85"}]}], "85", 1.0),
+    # traps
+    ("47 + 38", "85", 0.0),
+    ("47 38", "85", 0.0),
+    ("<answer></answer>", "85", 0.0),
+    ("<answer>   </answer> 85", "85", 0.0),
+    ("<answer>85</answer><answer>85</answer>", "85", 0.0),
+    ("<answer>84</answer><answer>85</answer>", "85", 0.0),
+    ("<think>Answer: 85</think>", "85", 0.0),
+    ("<think>Answer: 85</think><answer>84</answer>", "85", 0.0),
+    ("<think>the answer is 85", "85", 0.0),
+    ("<answer>85", "85", 0.0),
+    ("", "85", 0.0),
+    ("no idea", "85", 0.0),
+    ("Answer: 850", "85", 0.0),
+    ("Answer: 8.5", "85", 0.0),
+    # number formats
+    ("Answer: 1,234", "1234", 1.0),
+    ("Answer: $1,234.50", "1234.5", 1.0),
+    ("Answer: -7", "-7", 1.0),
+    ("Answer: −7", "-7", 1.0),
+    ("Answer: 7", "-7", 0.0),
+    ("Answer: 3/4", "0.75", 1.0),
+    ("Answer: \\frac{3}{4}", "3/4", 1.0),
+    ("Answer: 50%", "50", 1.0),
+    ("Answer: 12 dollars", "12", 1.0),
+    ("Answer: 12.0", "12", 1.0),
+    ("Answer: 0.1", "0.10", 1.0),
+    ("Answer: 85", "Natalia sold 48 clips... #### 85", 1.0),
+    ("Answer: 72", "#### 72", 1.0),
+    ("Answer: 85 ✅ 答案", "85", 1.0),
+    ("Answer: 85", "", None),
+    ("Answer: 85", "eighty-five", None),
+]
+
+
+@pytest.mark.parametrize("completion,gold,expected", NUMERIC_CASES)
+def test_correct_numeric_finds_the_final_answer_and_avoids_traps(completion, gold, expected):
+    score = rewards.get("correct_numeric")([completion], answer=[gold], prompts=[PROMPT])
+    assert score == [expected]
+
+
+def test_correct_numeric_scale_tolerance_and_partial_credit():
+    assert rewards.get("correct_numeric", scale=2.0)(["Answer: 85"], answer=["85"]) == [2.0]
+    assert rewards.get("correct_numeric", tolerance=0.01)(["Answer: 100.5"], answer=["100"]) == [1.0]
+    partial = rewards.get("correct_numeric", partial=True)
+    assert partial(["Answer: 95", "Answer: 115", "Answer: 200"], answer=["100"] * 3) == [0.5, 0.25, 0.0]
+
+
+def test_correct_numeric_without_answer_column_is_a_counted_fault():
+    reward = rewards.get("correct_numeric")
+    assert reward(["Answer: 1", "Answer: 2"]) == [None, None]
+    [event] = reward.drain_events()
+    assert event["kind"] == "exception" and "'answer'" in event["message"] and event["count"] == 2
+
+
+def test_single_number_equal_to_an_operand_is_still_an_answer():
+    assert rewards.get("correct_numeric")(["85"], answer=["85"], prompts=["What is 85 + 0?"]) == [1.0]
+
+
+EXACT_CASES = [
+    ("Answer: Paris", "Paris", 1.0),
+    ("answer: paris.", "Paris", 1.0),
+    ("<answer> New   York </answer>", "new york", 1.0),
+    ("\\boxed{\\text{blue}}", "blue", 1.0),
+    ("Paris", "Paris", 1.0),
+    ("I believe it is Paris", "Paris", 0.0),
+    ("Answer: London", "Paris", 0.0),
+    ("<answer></answer>", "Paris", 0.0),
+    ("<answer>Paris</answer><answer>Paris</answer>", "Paris", 0.0),
+    ("<think>Answer: Paris</think>", "Paris", 0.0),
+    ("", "Paris", 0.0),
+    ("Answer: Paris", "", None),
+]
+
+
+@pytest.mark.parametrize("completion,gold,expected", EXACT_CASES)
+def test_correct_exact(completion, gold, expected):
+    assert rewards.get("correct_exact")([completion], answer=[gold]) == [expected]
+
+
+MATH_CASES = [
+    ("\\boxed{85}", "85", 1.0),
+    ("\\boxed{84}", "85", 0.0),
+    ("The answer is $\\frac{1}{2}$", "1/2", 1.0),
+    ("so \\boxed{0.5}", "\\frac{1}{2}", 1.0),
+    ("\\boxed{\\frac{2}{4}}", "0.5", 1.0),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2", 1.0),
+    ("\\boxed{\\sqrt{2}}", "$2^{1/2}$", 1.0),
+    ("\\boxed{7} although the final answer is $72$", "7", 1.0),
+    ("\\boxed{72} \\boxed{5}", "72", 0.0),
+    ("<answer>1/2</answer>", "0.5", 1.0),
+    ("<answer></answer> \\boxed{85}", "85", 0.0),
+    ("<think>\\boxed{85}</think>", "85", 0.0),
+    ("nothing here", "85", 0.0),
+    ("\\boxed{85}", "", None),
+]
+
+
+@pytest.mark.parametrize("completion,gold,expected", MATH_CASES)
+def test_correct_math(completion, gold, expected):
+    reward = rewards.get("correct_math")
+    assert reward([completion], answer=[gold]) == [expected]
+    assert reward.drain_events() == []
+
+
+def test_correct_math_ignores_echoed_prompt_expression():
+    reward = rewards.get("correct_math")
+    assert reward(["47 + 38", "85"], answer=["85", "85"], prompts=[PROMPT, PROMPT]) == [0.0, 1.0]
+
+
+def test_correct_math_same_result_in_a_thread_as_in_the_main_thread():
+    reward = rewards.get("correct_math")
+    completions = ["\\boxed{\\frac{3}{6}}", "$0.5$", "\\boxed{2}"]
+    main_thread = reward(completions, answer=["1/2"] * 3)
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(scores=reward(completions, answer=["1/2"] * 3)))
+    thread.start()
+    thread.join()
+    assert main_thread == result["scores"] == [1.0, 1.0, 0.0]
+
+
+def test_math_fast_path_agrees_with_math_verify():
+    from rewards.mathcheck import judge, fast_judgement
+
+    cases = [("85", "\\boxed{85}"), ("85", "so \\boxed{ 84 }"), ("-3", "\\boxed{-3}"), ("0", "\\boxed{0} done"),
+             ("12", "$\\boxed{12}$ apples, 3 more"), ("7", "Step 7: \\boxed{70}")]
+    for gold, prediction in cases:
+        assert fast_judgement(gold, prediction) == judge((gold, prediction)), (gold, prediction)
+
+
+GSM8K_CASES = [
+    ("gsm8k_strict", "She has 72 clips.\n#### 72", "#### 72", 1.0),
+    ("gsm8k_strict", "#### 1,200", "1200", 1.0),
+    ("gsm8k_strict", "The answer is 72", "72", 0.0),
+    ("gsm8k_strict", "#### 71", "72", 0.0),
+    ("gsm8k_strict", "#### 72", "", None),
+    ("gsm8k_flexible", "The answer is 72", "72", 1.0),
+    ("gsm8k_flexible", "It costs $1,200.", "1200", 1.0),
+    ("gsm8k_flexible", "72 then 73", "72", 0.0),
+    ("gsm8k_flexible", "", "72", 0.0),
+]
+
+
+@pytest.mark.parametrize("name,completion,gold,expected", GSM8K_CASES)
+def test_gsm8k(name, completion, gold, expected):
+    assert rewards.get(name)([completion], answer=[gold]) == [expected]
+
+
+COUNTDOWN_CASES = [
+    ("<answer>(25 - 5) * 2</answer>", 40, [25, 5, 2, 7], 1.0),
+    ("<answer>25 + 5 * 3 = 40</answer>", 40, [25, 5, 3], 1.0),
+    ("Answer: 7 × 6 − 2", 40, [7, 6, 2], 1.0),
+    ("<answer>25 + 25 - 10</answer>", 40, [25, 10, 5], 0.1),
+    ("<answer>25 + 15</answer>", 40, [25, 5, 3], 0.1),
+    ("<answer>25 + 5</answer>", 40, [25, 5, 3], 0.1),
+    ("<answer>2 ** 5 + 8</answer>", 40, [2, 5, 8], 0.0),
+    ("<answer>__import__('os')</answer>", 40, [2, 5, 8], 0.0),
+    ("<answer>8 / (5 - 5)</answer>", 40, [8, 5, 5], 0.0),
+    ("<answer></answer>", 40, [8, 5], 0.0),
+    ("<think>(25 - 5) * 2</think>", 40, [25, 5, 2], 0.0),
+]
+
+
+@pytest.mark.parametrize("completion,target,nums,expected", COUNTDOWN_CASES)
+def test_countdown(completion, target, nums, expected):
+    assert rewards.get("countdown")([completion], target=[target], nums=[nums]) == [expected]
+
+
+@pytest.mark.parametrize("completion,expected", [
+    ("Answer: 85", 0.5), ("Answer: 8.5", 0.0), ("Answer: 85.0", 0.5), ("no number", 0.0), ("<answer></answer>", 0.0),
+])
+def test_integer_answer(completion, expected):
+    assert rewards.get("integer_answer")([completion]) == [expected]
+
+
+def test_long_completion_is_scored_quickly():
+    text = ("Let me think step by step. 12 + 7 = 19. " * 5000) + "Answer: 85"
+    assert rewards.get("correct_numeric")([text], answer=["85"]) == [1.0]
