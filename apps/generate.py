@@ -1,0 +1,73 @@
+"""Generate sample completions with a chosen model, in a separate process (never in the app's).
+
+    python -m apps.generate < request.json > samples.jsonl
+    request: {"model": "embedded"|folder|hub id, "prompts": [...], "answers": [...], "n": 4,
+              "max_new_tokens": 64, "temperature": 1.0, "system_prompt": "..."}
+
+`generate_samples` (called by the app) runs this module as a child with a time limit and returns
+the sample dicts (prompt, answer, completion, group) the designer scores.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from local_grpo.errors import UserError
+
+DEFAULT_TIMEOUT_S = 300
+
+
+def generate_samples(request: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[dict]:
+    """Run this module in a child process; UserError with the child's last line when it fails."""
+    prompts = [p for p in request.get("prompts", []) if str(p).strip()]
+    if not prompts:
+        raise UserError("prompts: give at least one prompt (one per line)")
+    try:
+        done = subprocess.run([sys.executable, "-m", "apps.generate"], input=json.dumps(request), text=True,
+                              capture_output=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"generate: the model took longer than {timeout_s:g}s (try fewer prompts or tokens)") from None
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise UserError(f"generate: {lines[-1] if lines else 'failed with code ' + str(done.returncode)}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def main() -> int:
+    request = json.load(sys.stdin)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from local_grpo import backends, models
+
+    try:
+        path = models.resolve(str(request.get("model") or "embedded"))
+    except UserError as error:
+        print(f"model: {error}", file=sys.stderr)
+        return 2
+    tokenizer = backends.prepare_tokenizer(AutoTokenizer.from_pretrained(path))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.eval()
+    prompts = [str(p) for p in request["prompts"] if str(p).strip()]
+    answers = list(request.get("answers") or []) + [None] * len(prompts)
+    n = max(1, int(request.get("n", 4)))
+    system = request.get("system_prompt")
+    torch.manual_seed(int(request.get("seed", 0)))
+    for prompt, answer in zip(prompts, answers):
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        inputs = tokenizer([text] * n, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            output = model.generate(**inputs, do_sample=True, temperature=float(request.get("temperature", 1.0)),
+                                    max_new_tokens=int(request.get("max_new_tokens", 64)),
+                                    pad_token_id=tokenizer.pad_token_id)
+        for row in output[:, inputs["input_ids"].shape[1]:]:
+            completion = tokenizer.decode(row, skip_special_tokens=True)
+            print(json.dumps({"prompt": prompt, "answer": answer, "completion": completion, "group": prompt}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""Run directories as tables: the run list, curves, completions, alerts, eval comparison.
+
+Pure functions over the files of the run-directory contract (docs/architecture.md); they never
+import the trainer. Every path a user types is resolved under the app's runs folder (`resolve_under`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import pandas as pd
+
+from local_grpo import rundir
+from local_grpo.errors import UserError
+from local_grpo.rundir import read_jsonl
+
+RUNNING_WINDOW_S = 120  # a run whose metrics changed this recently, without summary.json, is "running"
+EVAL_COMPARE = "eval_compare.json"
+ALERT_TYPES = ("warning", "alert", "reward_fault")
+
+# Curve panels: title -> metric keys drawn in it ("rewards/*" expands to each reward's mean).
+PANELS = {
+    "reward": ("reward", "rewards/*"),
+    "success": ("success", "success_predicted"),
+    "length": ("completions/mean_length",),
+    "kl": ("kl",),
+    "zero_std": ("frac_reward_zero_std",),
+}
+SERIES_NAMES = {
+    "reward": "total reward",
+    "success": "success",
+    "success_predicted": "success (predicted)",
+    "completions/mean_length": "mean length (tokens)",
+    "kl": "KL",
+    "frac_reward_zero_std": "fraction of zero-std groups",
+}
+
+
+# --- paths --------------------------------------------------------------------------------
+
+def resolve_under(root: str, user_path: str, field: str = "run") -> str:
+    """`user_path` (relative to root, or absolute inside it) as an absolute path inside `root`.
+
+    Anything that escapes root (`..`, an absolute path elsewhere, a symlink out) raises UserError.
+    """
+    text = (user_path or "").strip()
+    if not text:
+        raise UserError(f"{field}: empty path (give a folder name inside {root})")
+    root_real = os.path.realpath(root)
+    candidate = os.path.realpath(os.path.join(root_real, text))
+    if candidate != root_real and not candidate.startswith(root_real + os.sep):
+        raise UserError(f"{field}: {text!r} is outside the runs folder {root_real} (use a name inside it)")
+    return candidate
+
+
+# --- the run list -------------------------------------------------------------------------
+
+def is_run_dir(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, rundir.CONFIG)) or os.path.isfile(os.path.join(path, rundir.METRICS))
+
+
+def run_status(path: str, now: float | None = None) -> str:
+    """finished (summary.json), running (metrics written lately), or stopped."""
+    if os.path.isfile(os.path.join(path, rundir.SUMMARY)):
+        return "finished"
+    now = time.time() if now is None else now
+    newest = max((os.path.getmtime(os.path.join(path, name)) for name in (rundir.METRICS, rundir.EVENTS,
+                  rundir.COMPLETIONS, rundir.CONFIG) if os.path.exists(os.path.join(path, name))), default=0)
+    return "running" if now - newest < RUNNING_WINDOW_S else "stopped"
+
+
+def find_runs(root: str, depth: int = 2) -> list[str]:
+    """Run directories under root (root itself, children, grandchildren), as paths relative to root."""
+    found = []
+    root = os.path.realpath(root)
+    if not os.path.isdir(root):
+        return found
+    for current, dirs, _files in os.walk(root):
+        rel = os.path.relpath(current, root)
+        level = 0 if rel == "." else rel.count(os.sep) + 1
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in (rundir.CHECKPOINTS, rundir.ADAPTER))
+        if is_run_dir(current):
+            found.append(rel)
+            dirs[:] = []
+        elif level >= depth:
+            dirs[:] = []
+    return found
+
+
+def runs_table(root: str) -> pd.DataFrame:
+    """One row per run under root: run, status, steps, last reward, last success, modified."""
+    rows = []
+    for rel in find_runs(root):
+        path = os.path.join(os.path.realpath(root), rel)
+        metrics = read_jsonl(os.path.join(path, rundir.METRICS))
+        last = metrics[-1] if metrics else {}
+        modified = max((os.path.getmtime(os.path.join(path, n)) for n in os.listdir(path)), default=0)
+        rows.append({
+            "run": rel,
+            "status": run_status(path),
+            "steps": last.get("step", 0),
+            "reward": _rounded(last.get("reward")),
+            "success": _rounded(last.get("success")),
+            "modified": time.strftime("%Y-%m-%d %H:%M", time.localtime(modified)),
+            "_mtime": modified,
+        })
+    frame = pd.DataFrame(rows, columns=["run", "status", "steps", "reward", "success", "modified", "_mtime"])
+    return frame.sort_values("_mtime", ascending=False).drop(columns="_mtime").reset_index(drop=True)
+
+
+# --- curves -------------------------------------------------------------------------------
+
+def reward_names(metrics: list[dict]) -> list[str]:
+    """Reward names seen in metrics keys `rewards/<name>/mean`, in first-seen order."""
+    names: list[str] = []
+    for record in metrics:
+        for key in record:
+            if key.startswith("rewards/") and key.endswith("/mean"):
+                name = key[len("rewards/"):-len("/mean")]
+                if name not in names:
+                    names.append(name)
+    return names
+
+
+def curve_frames(metrics: list[dict]) -> dict[str, pd.DataFrame]:
+    """Long-format frames (step, value, series) for each panel in PANELS; empty frames when absent."""
+    frames = {}
+    for panel, keys in PANELS.items():
+        rows = []
+        for key in keys:
+            expanded = [f"rewards/{n}/mean" for n in reward_names(metrics)] if key == "rewards/*" else [key]
+            for metric in expanded:
+                label = SERIES_NAMES.get(metric) or metric[len("rewards/"):-len("/mean")]
+                for record in metrics:
+                    value = record.get(metric)
+                    if _is_number(value) and _is_number(record.get("step")):
+                        rows.append({"step": record["step"], "value": float(value), "series": label})
+        frames[panel] = pd.DataFrame(rows, columns=["step", "value", "series"])
+    return frames
+
+
+# --- completions --------------------------------------------------------------------------
+
+COMPLETION_VIEWS = ("latest", "best", "worst", "faults")
+
+
+def completions_table(completions: list[dict], view: str = "latest", limit: int = 50) -> pd.DataFrame:
+    """The completions to show: latest step's, best/worst by total, or those with a failed (null) reward.
+
+    Columns: step, prompt, answer, completion, one per reward, total, success.
+    """
+    if view not in COMPLETION_VIEWS:
+        raise UserError(f"view: {view!r} is not one of {', '.join(COMPLETION_VIEWS)}")
+    names: list[str] = []
+    for record in completions:
+        for name in (record.get("rewards") or {}):
+            if name not in names:
+                names.append(name)
+    if view == "latest":
+        last_step = max((r.get("step", 0) for r in completions), default=0)
+        chosen = [r for r in completions if r.get("step", 0) == last_step]
+    elif view == "faults":
+        chosen = [r for r in completions if any(v is None for v in (r.get("rewards") or {}).values())]
+        chosen = chosen[::-1]
+    else:
+        scored = [r for r in completions if _is_number(r.get("total"))]
+        chosen = sorted(scored, key=lambda r: r["total"], reverse=(view == "best"))
+    rows = []
+    for record in chosen[:limit]:
+        row = {
+            "step": record.get("step"),
+            "prompt": _short(record.get("prompt")),
+            "answer": "" if record.get("answer") is None else str(record.get("answer")),
+            "completion": str(record.get("completion", "")),
+        }
+        scores = record.get("rewards") or {}
+        for name in names:
+            value = scores.get(name)
+            row[name] = "fault" if name in scores and value is None else _rounded(value)
+        row["total"] = _rounded(record.get("total"))
+        row["success"] = record.get("success")
+        rows.append(row)
+    columns = ["step", "prompt", "answer", "completion", *names, "total", "success"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --- events, eval, summary ----------------------------------------------------------------
+
+def alerts_table(events: list[dict], limit: int = 100) -> pd.DataFrame:
+    """Warnings, alerts, faults and weight changes, newest first: time, step, type, reward, message."""
+    rows = []
+    for event in reversed(events):
+        rows.append({
+            "time": time.strftime("%H:%M:%S", time.localtime(event["time"])) if _is_number(event.get("time")) else "",
+            "step": event.get("step"),
+            "type": event.get("type", ""),
+            "reward": event.get("reward") or "",
+            "message": str(event.get("message", "")),
+        })
+        if len(rows) >= limit:
+            break
+    return pd.DataFrame(rows, columns=["time", "step", "type", "reward", "message"])
+
+
+def alert_count(events: list[dict]) -> int:
+    return sum(1 for e in events if e.get("type") in ("alert", "reward_fault"))
+
+
+def eval_compare_table(run_path: str) -> pd.DataFrame:
+    """RUN_DIR/eval_compare.json as rows (metric, base, trained, change); empty when absent.
+
+    Accepts {"base": {metric: v}, "trained": {metric: v}} or {metric: {"base": v, "trained": v}}.
+    """
+    columns = ["metric", "base", "trained", "change"]
+    try:
+        with open(os.path.join(run_path, EVAL_COMPARE), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, json.JSONDecodeError):
+        return pd.DataFrame(columns=columns)
+    if not isinstance(data, dict):
+        return pd.DataFrame(columns=columns)
+    pairs: dict[str, list] = {}
+    if isinstance(data.get("base"), dict) and isinstance(data.get("trained"), dict):
+        for metric in dict.fromkeys([*data["base"], *data["trained"]]):
+            pairs[metric] = [data["base"].get(metric), data["trained"].get(metric)]
+    else:
+        for metric, value in data.items():
+            if isinstance(value, dict) and ("base" in value or "trained" in value):
+                pairs[metric] = [value.get("base"), value.get("trained")]
+    rows = []
+    for metric, (base, trained) in pairs.items():
+        if not (_is_number(base) or _is_number(trained)):
+            continue
+        change = trained - base if _is_number(base) and _is_number(trained) else None
+        rows.append({"metric": metric, "base": _rounded(base), "trained": _rounded(trained), "change": _rounded(change)})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def run_overview(run_path: str, metrics: list[dict], events: list[dict]) -> str:
+    """A few lines of markdown: status, steps, model/task/rewards, last reward and success."""
+    status = run_status(run_path)
+    config = read_config(run_path)
+    last = metrics[-1] if metrics else {}
+    rewards_text = ", ".join(f"{r.get('name')}×{r.get('weight')}" for r in config.get("rewards") or []) or "?"
+    model = (config.get("model") or {}).get("name", "?")
+    data = config.get("data") or {}
+    task = data.get("dataset") or data.get("task") or "?"
+    max_steps = (config.get("grpo") or {}).get("max_steps", "?")
+    lines = [
+        f"**{os.path.basename(run_path)}** — {status}, step {last.get('step', 0)} of {max_steps}",
+        f"model `{model}` · task `{task}` · rewards {rewards_text}",
+    ]
+    if last:
+        parts = [f"reward {last.get('reward', float('nan')):.3f}"] if _is_number(last.get("reward")) else []
+        if _is_number(last.get("success")):
+            parts.append(f"success {last['success']:.2f}")
+        if _is_number(last.get("success_predicted")):
+            parts.append(f"predicted {last['success_predicted']:.2f}")
+        lines.append(" · ".join(parts))
+    faults = alert_count(events)
+    if faults:
+        lines.append(f"⚠ {faults} alert(s)/reward fault(s) — see Alerts")
+    return "  \n".join(lines)
+
+
+def read_config(run_path: str) -> dict:
+    """config.yaml as a dict ({} when missing or unreadable)."""
+    import yaml
+
+    try:
+        with open(os.path.join(run_path, rundir.CONFIG), encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def configured_weights(run_path: str) -> dict[str, float]:
+    """The run's reward weights: control.json's overrides over config.yaml's (reward names as in metrics)."""
+    weights = {}
+    for spec in read_config(run_path).get("rewards") or []:
+        name = str(spec.get("name", ""))
+        if ".py:" in name:
+            name = name.rsplit(":", 1)[1]  # user-file rewards are logged by function name
+        weights[name] = float(spec.get("weight", 1.0))
+    try:
+        with open(os.path.join(run_path, rundir.CONTROL), encoding="utf-8") as fh:
+            control = json.load(fh)
+        weights.update({k: float(v) for k, v in (control.get("weights") or {}).items() if _is_number(v)})
+    except (OSError, json.JSONDecodeError, AttributeError):
+        pass
+    return weights
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _rounded(value, digits: int = 4):
+    return round(float(value), digits) if _is_number(value) else None
+
+
+def _short(text, limit: int = 200) -> str:
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
