@@ -118,7 +118,9 @@ def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
     A completion whose numbers are all the prompt's own (e.g. "47 + 38" for "What is 47 + 38?")
     scores 0.0 even though math-verify would evaluate it to the gold.
     """
-    from rewards.mathcheck import judge_pairs
+    from rewards.mathcheck import judge_pairs, warm_pool_in_background
+
+    warm_pool_in_background()
 
     def correct_math_reward(completions, **kwargs):
         golds = column(kwargs, "answer", len(completions))

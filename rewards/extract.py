@@ -7,8 +7,8 @@ one place. Pure functions of strings: total (never raise) and fast. No scoring h
 
 from __future__ import annotations
 
+import functools
 import re
-from fractions import Fraction
 
 ANSWER_MARKER = re.compile(r"(?:\banswer\s*(?:is|:|=)|\banswer\b\s*\*\*\s*:?|####)\s*:?", re.IGNORECASE)
 NUMBER = re.compile(
@@ -128,7 +128,7 @@ def final_answer(text: str) -> tuple[str | None, str]:
 
 def number_from_match(match: re.Match) -> float:
     """The value of one NUMBER match: commas, currency, percent sign and a/b fractions handled."""
-    value = Fraction(match.group("int").replace(",", "") + (match.group("frac") or ""))
+    value = float(match.group("int").replace(",", "") + (match.group("frac") or ""))
     if match.group("den"):
         denominator = int(match.group("den"))
         if denominator == 0:
@@ -136,7 +136,7 @@ def number_from_match(match: re.Match) -> float:
         value = value / denominator
     if match.group("sign") or match.group("sign2"):
         value = -value
-    return float(value)
+    return value
 
 
 def first_number(text: str) -> float | None:
@@ -192,8 +192,16 @@ def gold_number(gold) -> float | None:
 def echoes_prompt(text: str, prompt_text: str) -> bool:
     """True when the text has at least two numbers and every one of them appears in the prompt."""
     numbers = all_numbers(text)
-    prompt_numbers = set(all_numbers(prompt_text))
-    return len(numbers) >= 2 and all(n in prompt_numbers for n in numbers)
+    if len(numbers) < 2:
+        return False
+    prompt_numbers = prompt_number_set(prompt_text)
+    return all(n in prompt_numbers for n in numbers)
+
+
+@functools.lru_cache(maxsize=1024)
+def prompt_number_set(prompt_text: str) -> frozenset[float]:
+    """The numbers of a prompt (cached: a GRPO group shares its prompt)."""
+    return frozenset(all_numbers(prompt_text))
 
 
 def predicted_number(completion_text_: str, prompt_text: str = "", answer_tag: str = "answer") -> float | None:

@@ -14,6 +14,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from fractions import Fraction
 
 from rewards.extract import boxed_contents
 
@@ -66,16 +67,36 @@ def judge(item: tuple[str, str]) -> float | None:
     return float(verify(gold_parsed, predicted, timeout_seconds=None))
 
 
+BOXED_INTEGER = re.compile(r"\s*(-?)(\d{1,3}(?:,\d{3})+|\d+)\s*")
+BOXED_FRACTION = re.compile(r"\s*\\d?frac\{\s*(-?\d+)\s*\}\{\s*(\d+)\s*\}\s*")
+
+
+def boxed_value(content: str) -> Fraction | None:
+    """The exact value of a boxed integer ("85", "-3", "1,234") or integer fraction ("\\frac{6}{4}"), else None."""
+    integer = BOXED_INTEGER.fullmatch(content)
+    if integer:
+        return Fraction(int(integer.group(2).replace(",", ""))) * (-1 if integer.group(1) else 1)
+    fraction = BOXED_FRACTION.fullmatch(content)
+    if fraction and int(fraction.group(2)) != 0:
+        return Fraction(int(fraction.group(1)), int(fraction.group(2)))
+    return None
+
+
 def fast_judgement(gold: str, prediction: str) -> float | None:
-    """The verdict for a plain-integer gold and exactly one \\boxed{integer} in the prediction; None if not that case."""
+    """The verdict for a plain-integer gold and exactly one \\boxed{} holding an integer or integer fraction.
+
+    None when the pair is not of that shape (math-verify decides then). Tests and the benchmark
+    check that these verdicts equal math-verify's.
+    """
     if not PLAIN_INTEGER.fullmatch(gold):
         return None
+    if prediction.count("\\boxed") != 1 or "\\fbox" in prediction:
+        return None  # math-verify reads \\boxed only
     boxes = boxed_contents(prediction)
-    if len(boxes) != 1 or not PLAIN_INTEGER.fullmatch(boxes[0]):
+    value = boxed_value(boxes[0]) if len(boxes) == 1 else None
+    if value is None:
         return None
-    if prediction.count("\\boxed") + prediction.count("\\fbox") != 1:
-        return None
-    return 1.0 if int(boxes[0]) == int(gold) else 0.0
+    return 1.0 if value == int(gold) else 0.0
 
 
 def pool():
@@ -86,8 +107,21 @@ def pool():
             from rewards.worker import ChildPool
 
             size = max(1, min(2, os.cpu_count() or 1))
-            POOL = ChildPool(size, "rewards.mathcheck", memory_mb=4096, label="math-verify")
+            POOL = ChildPool(size, "rewards.mathcheck", memory_mb=4096, label="math-verify",
+                             warm_call=("judge", [("1/2", "\\boxed{\\frac{2}{4}}"), ("3", "$x=3$")]))
         return POOL
+
+
+def warm_pool_in_background() -> None:
+    """Start the math-verify children now, off the caller's thread, so the first scoring call does not wait."""
+
+    def warm():
+        try:
+            pool().warm()
+        except Exception:
+            pass  # a failed start is retried, and reported, by the first real call
+
+    threading.Thread(target=warm, name="rewards-math-warmup", daemon=True).start()
 
 
 def remember(key: tuple[str, str], verdict: float | None) -> None:

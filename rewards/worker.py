@@ -44,6 +44,7 @@ class ChildProcess:
         self.label = label
         self.restarts = 0
         self._proc: subprocess.Popen | None = None
+        self._imported: set[str] = set()
         self._buffer = b""
         self._lock = threading.RLock()
         LIVE_CHILDREN.add(self)
@@ -58,6 +59,7 @@ class ChildProcess:
         self._proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       env={**os.environ, **CHILD_ENV}, bufsize=0)
         self._buffer = b""
+        self._imported = set()
         return self._proc
 
     def kill(self) -> None:
@@ -121,8 +123,12 @@ class ChildProcess:
                 raise ChildTimeout(f"{self.label} took longer than {timeout_s:g}s (process killed)") from None
 
     def warm(self, module: str, timeout_s: float = 60.0) -> None:
-        """Start the child and import a module there (so imports don't count against item timeouts)."""
-        self.request(("import", module), timeout_s)
+        """Start the child and import a module there once (so imports don't count against item timeouts)."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None and module in self._imported:
+                return
+            self.request(("import", module), timeout_s)
+            self._imported.add(module)
 
     def map(self, module: str, function: str, items: list, item_timeout_s: float) -> list[tuple[str, object]]:
         """Apply module.function to each item in the child: one ("ok"|"error"|"timeout", value) per item.
@@ -151,11 +157,23 @@ class ChildProcess:
 class ChildPool:
     """A few ChildProcess workers sharing batch jobs (map) by splitting items into chunks."""
 
-    def __init__(self, size: int, module: str, memory_mb: int = 4096, label: str = "worker"):
+    def __init__(self, size: int, module: str, memory_mb: int = 4096, label: str = "worker",
+                 warm_call: tuple[str, list] | None = None):
         self.module = module
+        self.warm_call = warm_call
         self.children = [ChildProcess(memory_mb, f"{label} {i}") for i in range(max(1, size))]
         self._threads = ThreadPoolExecutor(max_workers=len(self.children), thread_name_prefix="rewards-pool")
         self._lock = threading.Lock()
+
+    def warm(self, timeout_s: float = 60.0) -> None:
+        """Start every child, import the pool's module there and run warm_call (function, items), in parallel."""
+        if self.warm_call:
+            function, items = self.warm_call
+            futures = [self._threads.submit(child.map, self.module, function, items, timeout_s) for child in self.children]
+        else:
+            futures = [self._threads.submit(child.warm, self.module, timeout_s) for child in self.children]
+        for future in futures:
+            future.result()
 
     def map(self, function: str, items: list, item_timeout_s: float) -> list[tuple[str, object]]:
         """Like ChildProcess.map, spread over the pool's children; results keep the items' order."""

@@ -144,13 +144,23 @@ def test_correct_math_same_result_in_a_thread_as_in_the_main_thread():
     assert main_thread == result["scores"] == [1.0, 1.0, 0.0]
 
 
-def test_math_fast_path_agrees_with_math_verify():
-    from rewards.mathcheck import judge, fast_judgement
+FAST_PATH_PREDICTIONS = [
+    "\\boxed{85}", "so \\boxed{ 84 }", "\\boxed{-85}", "\\boxed{0} done", "$\\boxed{85}$ apples, 3 more",
+    "Step 7: \\boxed{70}", "\\boxed{1,234}", "\\boxed{1,234,567}", "\\boxed{007}", "\\boxed{\\frac{170}{2}}",
+    "\\boxed{\\dfrac{-170}{2}}", "\\boxed{\\frac{7}{3}}", "The pens cost $12 each, so \\boxed{85}.",
+    "\\boxed{1,23}", "\\boxed{85.0}", "\\boxed{85} \\boxed{85}", "\\fbox{85}",
+]
 
-    cases = [("85", "\\boxed{85}"), ("85", "so \\boxed{ 84 }"), ("-3", "\\boxed{-3}"), ("0", "\\boxed{0} done"),
-             ("12", "$\\boxed{12}$ apples, 3 more"), ("7", "Step 7: \\boxed{70}")]
-    for gold, prediction in cases:
-        assert fast_judgement(gold, prediction) == judge((gold, prediction)), (gold, prediction)
+
+@pytest.mark.parametrize("gold", ["85", "-85", "0", "1234", "1234567", "7"])
+def test_math_fast_path_agrees_with_math_verify(gold):
+    from rewards.mathcheck import fast_judgement, judge
+
+    for prediction in FAST_PATH_PREDICTIONS:
+        verdict = fast_judgement(gold, prediction)
+        if verdict is not None:
+            assert verdict == judge((gold, prediction)), (gold, prediction)
+    assert fast_judgement(gold, "\\boxed{85}") is not None
 
 
 GSM8K_CASES = [
