@@ -24,7 +24,7 @@ def export(run_dir: str, fmt: str, out_dir: str) -> str:
         raise UserError(f"run: {os.path.basename(run_dir)} has no adapter/ yet (is it finished?)")
     try:
         export_module = importlib.import_module("local_grpo.export")
-    except ModuleNotFoundError:
+    except ImportError:
         export_module = None
     if export_module is not None and hasattr(export_module, "export_run"):
         result = export_module.export_run(run_dir, fmt, out_dir)

@@ -1,0 +1,277 @@
+"""The studio's pure functions on real files: run tables and curves, the reward designer, the launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from apps import designer, exporting, launcher, runs
+from apps.cli import is_loopback
+from apps.studio import form_overrides, parse_weights
+from local_grpo.errors import UserError
+from local_grpo.rundir import RunDir
+
+
+def write_run(path, steps: int = 4, finished: bool = True, torn: bool = True) -> str:
+    """A run directory with the files train.py writes: config, metrics, completions, events, summary."""
+    run = RunDir.create(str(path))
+    with open(run.file("config.yaml"), "w") as fh:
+        fh.write("model: {name: embedded}\ndata: {task: arithmetic}\n"
+                 "rewards:\n- {name: format_soft, weight: 0.5, params: {}}\n- {name: correct_numeric, weight: 1.0, params: {}}\n"
+                 "grpo: {max_steps: 4}\n")
+    for step in range(1, steps + 1):
+        run.append("metrics.jsonl", {"step": step, "reward": 0.2 * step, "reward_std": 0.3,
+                                     "rewards/format_soft/mean": 0.1 * step, "rewards/correct_numeric/mean": 0.05 * step,
+                                     "frac_reward_zero_std": 0.5 - 0.1 * step, "completions/mean_length": 30 + step,
+                                     "kl": 0.01 * step, "success": 0.1 * step, "success_predicted": 0.09 * step,
+                                     "time": 1.5 * step})
+        for i in range(4):
+            correct = None if (step == 2 and i == 0) else float(i % 2)
+            total = 0.5 * 0.25 * i + (correct or 0.0)
+            run.append("completions.jsonl", {"step": step, "prompt": f"What is {step} + {i}?", "completion": f"Answer: {step + i}",
+                                             "answer": str(step + i), "rewards": {"format_soft": 0.25 * i, "correct_numeric": correct},
+                                             "total": total, "success": int(correct == 1.0)})
+    run.event("info", "training started", step=0)
+    run.event("reward_fault", "ValueError: bad", step=2, reward="correct_numeric", kind="exception")
+    run.event("alert", "reward correct_numeric failed on every completion", step=3, reward="correct_numeric")
+    if finished:
+        run.write_json("summary.json", {"steps": steps})
+        os.makedirs(run.adapter_dir)
+        with open(os.path.join(run.adapter_dir, "adapter_config.json"), "w") as fh:
+            fh.write("{}")
+    if torn:
+        with open(run.file("metrics.jsonl"), "a") as fh:
+            fh.write('{"step": 99, "rew')  # a writer killed mid-line
+    return run.path
+
+
+SAMPLES = [
+    {"prompt": "1+1", "answer": "2", "completion": "Answer: 2", "group": "a"},
+    {"prompt": "1+1", "answer": "2", "completion": "Answer: 3", "group": "a"},
+    {"prompt": "2+2", "answer": "4", "completion": "I think 4", "group": "b"},
+    {"prompt": "2+2", "answer": "4", "completion": "no idea", "group": "b"},
+]
+
+
+# --- runs.py ------------------------------------------------------------------------------
+
+def test_runs_table_lists_runs_with_status_and_last_metrics(tmp_path):
+    write_run(tmp_path / "done")
+    write_run(tmp_path / "group" / "live", finished=False)
+    (tmp_path / "not-a-run").mkdir()
+    table = runs.runs_table(str(tmp_path))
+    by_run = {row["run"]: row for row in table.to_dict("records")}
+    assert set(by_run) == {"done", os.path.join("group", "live")}
+    assert by_run["done"]["status"] == "finished"
+    assert by_run[os.path.join("group", "live")]["status"] == "running"  # files just written
+    assert by_run["done"]["steps"] == 4 and by_run["done"]["reward"] == pytest.approx(0.8)
+
+
+def test_curve_frames_are_long_format_per_panel(tmp_path):
+    metrics = RunDir(write_run(tmp_path / "r")).metrics()  # the torn last line is skipped
+    frames = runs.curve_frames(metrics)
+    assert set(frames) == {"reward", "success", "length", "kl", "zero_std"}
+    reward = frames["reward"]
+    assert list(reward.columns) == ["step", "value", "series"]
+    assert set(reward["series"]) == {"total reward", "format_soft", "correct_numeric"}
+    assert len(reward) == 12
+    assert set(frames["success"]["series"]) == {"success", "success (predicted)"}
+    assert frames["kl"]["value"].tolist() == pytest.approx([0.01, 0.02, 0.03, 0.04])
+
+
+def test_curve_frames_without_optional_metrics_are_empty():
+    frames = runs.curve_frames([{"step": 1, "reward": 0.5}])
+    assert frames["kl"].empty and frames["success"].empty
+    assert frames["reward"]["value"].tolist() == [0.5]
+
+
+def test_completions_table_views(tmp_path):
+    completions = RunDir(write_run(tmp_path / "r")).completions()
+    latest = runs.completions_table(completions, "latest")
+    assert set(latest["step"]) == {4} and len(latest) == 4
+    assert list(latest.columns) == ["step", "prompt", "answer", "completion", "format_soft", "correct_numeric", "total", "success"]
+    best = runs.completions_table(completions, "best", limit=3)
+    assert best["total"].tolist() == sorted(best["total"].tolist(), reverse=True)
+    worst = runs.completions_table(completions, "worst", limit=3)
+    assert worst["total"].iloc[0] == 0.0
+    faults = runs.completions_table(completions, "faults")
+    assert len(faults) == 1 and faults["correct_numeric"].iloc[0] == "fault"
+    with pytest.raises(UserError, match="view"):
+        runs.completions_table(completions, "random")
+
+
+def test_alerts_newest_first_and_overview(tmp_path):
+    path = write_run(tmp_path / "r")
+    events = RunDir(path).events()
+    alerts = runs.alerts_table(events)
+    assert alerts["type"].tolist() == ["alert", "reward_fault", "info"]
+    overview = runs.run_overview(path, RunDir(path).metrics(), events)
+    assert "finished" in overview and "step 4 of 4" in overview and "2 alert" in overview
+    assert "predicted 0.36" in overview
+
+
+def test_eval_compare_table_accepts_both_shapes(tmp_path):
+    path = write_run(tmp_path / "r")
+    assert runs.eval_compare_table(path).empty
+    with open(os.path.join(path, "eval_compare.json"), "w") as fh:
+        json.dump({"base": {"pass@1": 0.1, "format": 0.2}, "trained": {"pass@1": 0.4, "format": 0.9}}, fh)
+    table = runs.eval_compare_table(path)
+    assert table.set_index("metric").loc["pass@1", "change"] == pytest.approx(0.3)
+    with open(os.path.join(path, "eval_compare.json"), "w") as fh:
+        json.dump({"success": {"base": 0.2, "trained": 0.5}, "k": 4}, fh)
+    assert runs.eval_compare_table(path)["metric"].tolist() == ["success"]
+
+
+def test_resolve_under_rejects_traversal(tmp_path):
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    root = str(tmp_path / "runs")
+    assert runs.resolve_under(root, "a") == os.path.realpath(os.path.join(root, "a"))
+    for bad in ("../etc", "/etc/passwd", "a/../../x", ""):
+        with pytest.raises(UserError, match="run"):
+            runs.resolve_under(root, bad, "run")
+    os.symlink("/tmp", os.path.join(root, "escape"))
+    with pytest.raises(UserError, match="outside the runs folder"):
+        runs.resolve_under(root, "escape", "run")
+
+
+def test_configured_weights_follow_control_json(tmp_path):
+    path = write_run(tmp_path / "r")
+    assert runs.configured_weights(path) == {"format_soft": 0.5, "correct_numeric": 1.0}
+    launcher.write_weights(path, {"format_soft": 0.0})
+    assert runs.configured_weights(path)["format_soft"] == 0.0
+    assert launcher.read_control(path) == {"weights": {"format_soft": 0.0}}
+
+
+# --- designer.py --------------------------------------------------------------------------
+
+def test_template_scores_table_totals_histogram_and_zero_std():
+    result = designer.score_code(designer.TEMPLATE, SAMPLES)
+    assert result.problem is None and result.functions == ["ends_with_answer", "matches_gold"]
+    table = designer.results_table(result)
+    assert table["total"].tolist() == [2.0, 1.0, 0.0, 0.0]
+    assert designer.zero_std_groups(result.totals, [s["group"] for s in SAMPLES]) == (1, 2)
+    hist = designer.histogram_frame(result)
+    assert set(hist["reward"]) == {"ends_with_answer", "matches_gold", "total"}
+    assert hist.groupby("reward")["count"].sum().to_dict() == {"ends_with_answer": 4, "matches_gold": 4, "total": 4}
+    assert "Zero-std groups: 1 of 2 (50%)" in designer.summary_markdown(result)
+
+
+def test_syntax_error_is_reported_with_its_line():
+    code = "def ok(completions, **kw):\n    return [1.0] * len(completions)\n\ndef bad(completions, **kw):\n    return [1.0 for c in completions\n"
+    result = designer.score_code(code, SAMPLES)
+    assert result.problem.startswith("syntax error at line 5")
+    assert "Cannot score" in designer.summary_markdown(result)
+
+
+def test_exception_and_timeout_are_faults_within_the_limit():
+    import time
+
+    code = ("def boom(completions, **kw):\n    raise ValueError('no gold here')\n\n"
+            "def forever(completions, **kw):\n    while True:\n        pass\n\n"
+            "def fine(completions, **kw):\n    return [0.5] * len(completions)\n")
+    started = time.monotonic()
+    result = designer.score_code(code, SAMPLES, timeout_s=1.0)
+    assert time.monotonic() - started < 8
+    kinds = {f["reward"]: f["kind"] for f in result.faults}
+    assert kinds == {"boom": "exception", "forever": "timeout"}
+    assert "ValueError: no gold here" in designer.summary_markdown(result)
+    assert designer.results_table(result)["boom"].tolist() == ["fault"] * 4
+    assert result.scores["fine"] == [0.5] * 4
+
+
+def test_user_code_runs_in_a_child_process(tmp_path):
+    marker = tmp_path / "pid.txt"
+    code = f"import os\n\ndef who(completions, **kw):\n    open({str(marker)!r}, 'w').write(str(os.getpid()))\n    return [0.0] * len(completions)\n"
+    designer.score_code(code, SAMPLES[:1])
+    assert int(marker.read_text()) != os.getpid()
+
+
+def test_chat_completions_as_in_training():
+    code = "def is_chat(completions, **kw):\n    return [1.0 if isinstance(c, list) else 0.0 for c in completions]\n"
+    assert designer.score_code(code, SAMPLES, chat=True).scores["is_chat"] == [1.0] * 4
+    assert designer.score_code(code, SAMPLES, chat=False).scores["is_chat"] == [0.0] * 4
+
+
+def test_builtin_template_is_editable_and_scores():
+    code = designer.builtin_template("format_soft")
+    assert designer.reward_functions(code) == ["my_format_soft"]
+    result = designer.score_code(code, SAMPLES)
+    assert not result.faults and result.scores["my_format_soft"][0] == 1.0
+
+
+def test_samples_from_run_and_pasted(tmp_path):
+    path = write_run(tmp_path / "r")
+    samples = designer.samples_from_run(path, steps=2)
+    assert len(samples) == 8 and len({s["group"] for s in samples}) == 8
+    assert designer.parse_samples(designer.samples_to_text(samples)) == samples
+    pasted = designer.parse_samples("first answer\n---\nsecond\nanswer\n")
+    assert [s["completion"] for s in pasted] == ["first answer", "second\nanswer"]
+    with pytest.raises(UserError, match="line 2"):
+        designer.parse_samples('{"completion": "a"}\n{"oops"')
+    with pytest.raises(UserError, match="samples"):
+        designer.parse_samples("  ")
+
+
+def test_saved_file_is_a_trainer_reward(tmp_path):
+    import rewards
+
+    path, specs = designer.save_reward_file(designer.TEMPLATE, str(tmp_path / "rewards"), "mine")
+    assert specs == [f"{path}:ends_with_answer", f"{path}:matches_gold"]
+    assert designer.saved_reward_specs(str(tmp_path / "rewards")) == specs
+    reward = rewards.get(specs[0])  # what the trainer does with path/file.py:function
+    assert reward(["Answer: 4"]) == [1.0]
+    for bad in ("../evil", "a/b", ""):
+        with pytest.raises(UserError, match="file name"):
+            designer.save_reward_file(designer.TEMPLATE, str(tmp_path / "rewards"), bad)
+    with pytest.raises(UserError, match="syntax error at line 1"):
+        designer.save_reward_file("def (", str(tmp_path / "rewards"), "broken")
+
+
+# --- launcher, export, cli helpers --------------------------------------------------------
+
+def test_train_command_from_the_form(tmp_path):
+    request = launcher.TrainRequest(run_name="r1", model="embedded", task="countdown",
+                                    rewards={"format_soft": 0.5, "/x/my.py:f": 1}, preset="cpu", max_steps=3,
+                                    overrides={"num-generations": 4, "load-in-4bit": False, "loss-type": ""})
+    command = launcher.train_command(request, str(tmp_path))
+    assert command[:4] == [sys.executable, "-m", "local_grpo.cli", "train"]
+    text = " ".join(command)
+    assert f"--output {os.path.realpath(tmp_path)}/r1" in text
+    assert "--task countdown" in text and "--preset cpu" in text and "--max-steps 3" in text
+    assert "--rewards format_soft:0.5,/x/my.py:f:1" in text
+    assert "--num-generations 4" in text and "--no-load-in-4bit" in text and "--loss-type" not in text
+    with pytest.raises(UserError, match="run name"):
+        launcher.train_command(launcher.TrainRequest(run_name="../up"), str(tmp_path))
+
+
+def test_train_command_is_accepted_by_the_cli_parser(tmp_path):
+    from local_grpo.cli import build_parser
+
+    request = launcher.TrainRequest(run_name="r1", rewards={"format_soft": 0.5}, preset="cpu", max_steps=3,
+                                    overrides={"num-generations": 4, "learning-rate": 0.001})
+    args = build_parser().parse_args(launcher.train_command(request, str(tmp_path))[3:])
+    assert args.command == "train" and args.cfg__num_generations == 4 and args.rewards == "format_soft:0.5"
+
+
+def test_form_helpers():
+    assert parse_weights("format_soft: 0.5\n/x/f.py:fn\n# comment\nb:2", "rewards") == {
+        "format_soft": 0.5, "/x/f.py:fn": 1.0, "b": 2.0}
+    assert form_overrides([4, None, "", 0.001]) == {"num-generations": 4, "learning-rate": 0.001}
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0")
+
+
+def test_export_falls_back_to_copying_the_adapter(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "local_grpo.export", None)  # as if the export module were not there
+    path = write_run(tmp_path / "r")
+    out = tmp_path / "exports" / "r-lora"
+    message = exporting.export(path, "lora", str(out))
+    assert (out / "adapter_config.json").exists()
+    assert message.startswith("Copied the LoRA adapter")
+    with pytest.raises(UserError, match="needs local_grpo.export"):
+        exporting.export(path, "gguf", str(tmp_path / "g"))
+    with pytest.raises(UserError, match="format"):
+        exporting.export(path, "onnx", str(tmp_path / "x"))
