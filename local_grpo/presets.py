@@ -1,8 +1,9 @@
 """Presets: named partial configs for a machine class, applied under a user's own values.
 
 `cpu` is the embedded quickstart on a laptop CPU. The VRAM presets assume a 4-bit base with
-LoRA and gradient checkpointing on a single consumer GPU, sized for models up to ~1.5B
-parameters; `local-grpo plan --vram GB` checks (and sizes) a config for a bigger model.
+LoRA, gradient checkpointing and 8-bit AdamW on a single consumer GPU; their values come from the
+memory planner (`local_grpo.plan.derive_preset`), and the comment on each says which model sizes it
+fits. `local-grpo plan --vram GB` checks (and sizes) any other config.
 """
 
 from __future__ import annotations
@@ -22,30 +23,37 @@ PRESETS: dict[str, dict] = {
             "optim": "adamw_torch",
         },
     },
-    "6gb": {
-        "model": {"load_in_4bit": True, "max_seq_length": 768},
-        "grpo": {"num_generations": 4, "per_device_train_batch_size": 4, "max_completion_length": 512,
-                 "gradient_checkpointing": True, "optim": "adamw_8bit"},
-    },
-    "8gb": {
-        "model": {"load_in_4bit": True, "max_seq_length": 1024},
-        "grpo": {"num_generations": 6, "per_device_train_batch_size": 6, "max_completion_length": 768,
-                 "gradient_checkpointing": True, "optim": "adamw_8bit"},
-    },
-    "12gb": {
+    # Derived by `local_grpo.plan.derive_preset(name)` (HF backend, 85 % of the card, 256-token prompts);
+    # tests/test_plan.py checks each still fits its documented model sizes. Fits (4-bit, LoRA):
+    "6gb": {  # models up to ~1.5B
         "model": {"load_in_4bit": True, "max_seq_length": 1280},
-        "grpo": {"num_generations": 8, "per_device_train_batch_size": 8, "max_completion_length": 1024,
-                 "gradient_checkpointing": True, "optim": "adamw_8bit"},
+        "lora": {"r": 16, "alpha": 32},
+        "grpo": {"num_generations": 8, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+                 "max_completion_length": 1024, "gradient_checkpointing": True, "optim": "adamw_8bit"},
     },
-    "16gb": {
-        "model": {"load_in_4bit": True, "max_seq_length": 1792},
-        "grpo": {"num_generations": 8, "per_device_train_batch_size": 8, "max_completion_length": 1536,
-                 "gradient_checkpointing": True, "optim": "adamw_8bit"},
+    "8gb": {  # models up to ~4B (Qwen3-4B, Llama-3.2-3B, Phi-4-mini)
+        "model": {"load_in_4bit": True, "max_seq_length": 1280},
+        "lora": {"r": 16, "alpha": 32},
+        "grpo": {"num_generations": 8, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 4,
+                 "max_completion_length": 1024, "gradient_checkpointing": True, "optim": "adamw_8bit"},
     },
-    "24gb": {
+    "12gb": {  # models up to ~4B with 2048-token completions
         "model": {"load_in_4bit": True, "max_seq_length": 2304},
-        "grpo": {"num_generations": 8, "per_device_train_batch_size": 16, "max_completion_length": 2048,
-                 "gradient_checkpointing": True, "optim": "adamw_8bit"},
+        "lora": {"r": 16, "alpha": 32},
+        "grpo": {"num_generations": 8, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+                 "max_completion_length": 2048, "gradient_checkpointing": True, "optim": "adamw_8bit"},
+    },
+    "16gb": {  # models up to ~8B (Llama-3.1-8B, Qwen3-8B, Qwen2.5-7B)
+        "model": {"load_in_4bit": True, "max_seq_length": 2304},
+        "lora": {"r": 16, "alpha": 32},
+        "grpo": {"num_generations": 8, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 4,
+                 "max_completion_length": 2048, "gradient_checkpointing": True, "optim": "adamw_8bit"},
+    },
+    "24gb": {  # models up to ~8B with a micro-batch of 4
+        "model": {"load_in_4bit": True, "max_seq_length": 2304},
+        "lora": {"r": 16, "alpha": 32},
+        "grpo": {"num_generations": 8, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+                 "max_completion_length": 2048, "gradient_checkpointing": True, "optim": "adamw_8bit"},
     },
 }
 
