@@ -165,6 +165,57 @@ def _load_unsloth(config: Config) -> LoadedModel:
     return LoadedModel(model, tokenizer, "unsloth", "cuda" if on_cuda else "cpu", path, trl.GRPOTrainer)
 
 
+def load_for_inference(config: Config, adapter_dir: str | None = None) -> LoadedModel:
+    """The config's base model, plus a saved LoRA adapter when given, in eval mode for generation.
+
+    Used by eval and export. The HF backend loads the base with transformers (4-bit when the config
+    says so) and the adapter with `PeftModel.from_pretrained`; the Unsloth backend (only when selected)
+    loads through `FastLanguageModel` and switches it to inference mode. `trainer_class` is None.
+    """
+    backend = pick_backend(config.backend)
+    path = models.resolve(config.model.name, config.model.gguf_file)
+    if adapter_dir is not None and not os.path.isfile(os.path.join(adapter_dir, "adapter_config.json")):
+        raise UserError(f"--adapter: {adapter_dir} has no adapter_config.json (not a PEFT adapter folder)")
+    tokenizer_source = adapter_dir if adapter_dir and os.path.isfile(os.path.join(adapter_dir, "tokenizer_config.json")) else path
+    if backend == "unsloth":
+        os.environ.setdefault("UNSLOTH_DISABLE_STATISTICS", "1")
+        import unsloth  # noqa: F401  (patches transformers and peft)
+        from unsloth import FastLanguageModel
+
+        on_cuda = cuda_available()
+        model, _ = FastLanguageModel.from_pretrained(
+            model_name=path, max_seq_length=config.model.max_seq_length, load_in_4bit=config.model.load_in_4bit,
+            dtype=None if config.model.dtype == "auto" else compute_dtype(config, on_cuda),
+        )
+    else:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        on_cuda = torch.cuda.is_available()
+        dtype = compute_dtype(config, on_cuda)
+        kwargs: dict[str, Any] = {"dtype": dtype}
+        if config.model.load_in_4bit:
+            from transformers import BitsAndBytesConfig
+
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype, bnb_4bit_use_double_quant=True,
+            )
+        if on_cuda:
+            kwargs["device_map"] = {"": 0}
+        model = _from_pretrained(AutoModelForCausalLM, path, **kwargs)
+    from transformers import AutoTokenizer
+
+    tokenizer = prepare_tokenizer(_from_pretrained(AutoTokenizer, tokenizer_source))
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter_dir)
+    if backend == "unsloth":
+        FastLanguageModel.for_inference(model)
+    model.eval()
+    return LoadedModel(model, tokenizer, backend, "cuda" if on_cuda else "cpu", path, None)
+
+
 def _from_pretrained(cls, path: str, **kwargs):
     try:
         return cls.from_pretrained(path, **kwargs)

