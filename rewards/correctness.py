@@ -14,7 +14,8 @@ import operator
 import re
 
 from rewards.extract import (after_last_marker, answer_region, completion_texts, echoes_prompt, final_answer,
-                             gold_number, gold_text, numbers_match, predicted_number, prompt_texts)
+                             gold_number, gold_text, hedged, numbers_match, offers_several_numbers, predicted_number,
+                             prompt_texts)
 from rewards.safe import note_fault
 
 
@@ -125,8 +126,8 @@ def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
     def correct_math_reward(completions, **kwargs):
         golds = column(kwargs, "answer", len(completions))
         prompts = prompt_texts(kwargs.get("prompts"), len(completions))
-        regions = [None if region is None or echoes_prompt(region, prompt) else region
-                   for region, prompt in zip((answer_region(t) for t in completion_texts(completions)), prompts)]
+        regions = [None if region is None or echoes_prompt(region, prompt) or several_for_one(region, gold) else region
+                   for region, prompt, gold in zip((answer_region(t) for t in completion_texts(completions)), prompts, golds)]
         pairs = [(gold_text(g), r) for g, r in zip(golds, regions) if r is not None]
         outcomes = iter(judge_pairs(pairs, float(timeout_s)))
         scores = []
@@ -145,6 +146,11 @@ def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
     return correct_math_reward
 
 
+def several_for_one(region: str, gold) -> bool:
+    """True when the gold is one number but the stated answer offers several ("42 or 43")."""
+    return gold_number(gold) is not None and offers_several_numbers(region)
+
+
 GSM8K_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 GSM8K_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 
@@ -159,14 +165,19 @@ def gsm8k_number(text: str) -> float | None:
 
 
 def gsm8k_strict(scale: float = 1.0):
-    """verl's strict GSM8K check: the last "#### <number>" in the completion equals the gold. Range [0, scale]."""
+    """verl's strict GSM8K check: the last "#### <number>" in the completion equals the gold. Range [0, scale].
+
+    Unlike verl, a "#### n" followed by a retraction or negation ("Actually, no: 43") scores 0.
+    """
 
     def score(text: str, gold) -> float | None:
         gold_value = gold_number(gold)
         if gold_value is None:
             return None
-        matches = GSM8K_STRICT.findall(text)
-        predicted = gsm8k_number(matches[-1]) if matches else None
+        matches = list(GSM8K_STRICT.finditer(text))
+        if matches and hedged(text[matches[-1].start():]):
+            return 0.0  # "#### 42\nActually, no: 43" is not an answer of 42
+        predicted = gsm8k_number(matches[-1].group(1)) if matches else None
         return float(scale) if numbers_match(predicted, gold_value) else 0.0
 
     def gsm8k_strict_reward(completions, **kwargs):

@@ -18,6 +18,11 @@ NUMBER = re.compile(
 )
 LATEX_FRAC = re.compile(r"\\d?frac\{\s*(-?\d+)\s*\}\{\s*(\d+)\s*\}")
 OPERAND_BEFORE = re.compile(r"\d\s*[-+*/×÷x^]\s*$")
+# A final answer that hedges: negated, retracted, or a value hidden by markup (strike-through, comments).
+HEDGE = re.compile(r"\b(?:not|never|wait|actually|instead|correction|oops|sorry|no)\b|n't\b|~~|<(?:del|s|strike)\b"
+                   r"|<!--|\\(?:x?cancel|sout)\b|display\s*:\s*none", re.IGNORECASE)
+# Several candidate numbers offered as the answer: "42 or 43", "41, 42".
+SEVERAL_NUMBERS = re.compile(r"\d\s*(?:,|;|\bor\b|\band\b)\s+[-−–]?\\?\$?\s?\d", re.IGNORECASE)
 
 
 def completion_text(completion) -> str:
@@ -71,15 +76,42 @@ def answer_region(text: str, answer_tag: str = "answer", think_tag: str = "think
     """Where the final answer may be: the one non-empty answer block if answer tags are used, else the visible text.
 
     Returns None when the completion uses answer tags but has no single non-empty answer block
-    (empty, several, or unclosed blocks), so such completions never score as correct.
+    (empty, several, nested or unclosed blocks), when the stated answer hedges (negated, retracted,
+    hidden by markup) or when it ends in an answer marker with nothing after it (truncated), so
+    such completions never score as correct.
     """
     visible = strip_think(text, think_tag)
     if f"<{answer_tag}>" not in visible and f"</{answer_tag}>" not in visible:
-        return visible
+        return None if hedged(final_span(visible)) or dangling_marker(visible) else visible
     blocks = tag_blocks(visible, answer_tag)
-    if len(blocks) != 1 or not blocks[0].strip():
+    if len(blocks) != 1 or not blocks[0].strip() or visible.count(f"<{answer_tag}>") != 1:
         return None
-    return blocks[0]
+    return None if hedged(blocks[0]) or dangling_marker(blocks[0]) else blocks[0]
+
+
+def final_span(region: str) -> str:
+    """Where a plain completion states its answer: from the last answer marker to the end, else the last line."""
+    matches = list(ANSWER_MARKER.finditer(region))
+    if matches:
+        return region[matches[-1].start():]
+    lines = [line for line in region.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def hedged(span: str) -> bool:
+    """True when the stated answer is negated, retracted ("No wait, …") or hidden by markup."""
+    return bool(HEDGE.search(span))
+
+
+def dangling_marker(region: str) -> bool:
+    """True when the region ends in an answer marker with nothing after it (a truncated completion)."""
+    matches = list(ANSWER_MARKER.finditer(region))
+    return bool(matches) and not region[matches[-1].end():].strip(" \t\n:.*$")
+
+
+def offers_several_numbers(region: str) -> bool:
+    """True when the stated answer lists several numbers ("42 or 43", "41, 42"): not one final answer."""
+    return bool(SEVERAL_NUMBERS.search(final_span(region)))
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -207,7 +239,7 @@ def prompt_number_set(prompt_text: str) -> frozenset[float]:
 def predicted_number(completion_text_: str, prompt_text: str = "", answer_tag: str = "answer") -> float | None:
     """The completion's final numeric answer, or None (no answer, empty/several answer blocks, echoed prompt)."""
     region = answer_region(completion_text_, answer_tag)
-    if region is None:
+    if region is None or offers_several_numbers(region):
         return None
     answer, source = final_answer(region)
     if answer is None:
