@@ -44,6 +44,10 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     )
     callback = RunDirCallback(run, recorder, config, progress=progress)
     callback.attach(trainer)
+    if config.grpo.audit:
+        from .audit import attach_audit
+
+        attach_audit(config, run, recorder, callback)
     run.event("info", f"training started: backend={loaded.backend} device={loaded.device} "
               f"model={loaded.model_path} train={len(train_rows)} held_out={len(held_out)}",
               step=callback.start_step(checkpoint))
@@ -293,6 +297,7 @@ class RunDirCallback:
         self.bar = None
         self._control_mtime = None
         self._started = time.time()
+        self.metric_hooks = []  # callables() -> {metric: value} merged into each metrics line (e.g. audit)
 
     def attach(self, trainer) -> None:
         """Add this callback to the trainer, replacing transformers' own log printers."""
@@ -332,6 +337,8 @@ class RunDirCallback:
         success = self.recorder.take_success()
         if success is not None:
             record["success"] = success
+        for hook in self.metric_hooks:
+            record.update(hook())
         record["time"] = round(time.time() - self._started, 2)
         self.run.append(rundir.METRICS, record)
         if self.bar is not None:
