@@ -254,7 +254,8 @@ def histogram_frame(result: ScoreResult, bins: int = HISTOGRAM_BINS) -> pd.DataF
         series["total"] = result.totals
     values = [v for vs in series.values() for v in vs]
     if not values:
-        return pd.DataFrame(columns=["bin", "count", "reward"])
+        return pd.DataFrame({"bin": pd.Series(dtype="str"), "count": pd.Series(dtype="int64"),
+                             "reward": pd.Series(dtype="str")})
     low, high = min(values), max(values)
     width = (high - low) / bins if high > low else 1.0
     count_bins = bins if high > low else 1

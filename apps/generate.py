@@ -25,7 +25,10 @@ def generate_samples(request: dict, timeout_s: float = DEFAULT_TIMEOUT_S) -> lis
     if not prompts:
         raise UserError("prompts: give at least one prompt (one per line)")
     try:
-        done = subprocess.run([sys.executable, "-m", "apps.generate"], input=json.dumps(request), text=True,
+        from apps.launcher import local_or_name, python_command
+
+        request = {**request, "model": local_or_name(str(request.get("model") or "embedded"))}
+        done = subprocess.run([*python_command(), "-m", "apps.generate"], input=json.dumps(request), text=True,
                               capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise UserError(f"generate: the model took longer than {timeout_s:g}s (try fewer prompts or tokens)") from None

@@ -44,10 +44,10 @@ def train_command(request: TrainRequest, runs_root: str) -> list[str]:
     if not RUN_NAME.fullmatch(request.run_name or ""):
         raise UserError(f"run name: {request.run_name!r} must be letters, digits, _ . - (e.g. arithmetic-1)")
     run_dir = os.path.join(os.path.realpath(runs_root), request.run_name)
-    command = [sys.executable, "-m", "local_grpo.cli", "train", "--output", run_dir,
-               "--model", (request.model or "embedded").strip(), "--max-steps", str(int(request.max_steps))]
+    command = [*python_command(), "-m", "local_grpo.cli", "train", "--output", run_dir,
+               "--model", local_or_name((request.model or "embedded").strip()), "--max-steps", str(int(request.max_steps))]
     if request.dataset.strip():
-        command += ["--dataset", request.dataset.strip()]
+        command += ["--dataset", local_or_name(request.dataset.strip())]
     elif request.task:
         command += ["--task", request.task]
     if request.rewards:
@@ -69,6 +69,17 @@ def train_command(request: TrainRequest, runs_root: str) -> list[str]:
     return command
 
 
+def python_command() -> list[str]:
+    """This Python, told not to put the working folder first on sys.path (a ./rewards folder would
+    otherwise shadow the rewards package in the child)."""
+    return [sys.executable, "-P"] if sys.version_info >= (3, 11) else [sys.executable]
+
+
+def local_or_name(value: str) -> str:
+    """An existing local path made absolute (the child runs in another folder); names pass unchanged."""
+    return os.path.abspath(value) if os.path.exists(value) else value
+
+
 def studio_file(runs_root: str, run_name: str, suffix: str) -> str:
     folder = os.path.join(runs_root, STUDIO_DIR)
     os.makedirs(folder, exist_ok=True)
@@ -88,7 +99,7 @@ def start_run(request: TrainRequest, runs_root: str) -> tuple[str, int]:
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True, cwd=runs_root)
+                                   start_new_session=True, cwd=os.path.dirname(log_path))
     with open(studio_file(runs_root, request.run_name, "pid"), "w") as fh:
         fh.write(str(process.pid))
     _CHILDREN[process.pid] = process

@@ -138,7 +138,7 @@ def curve_frames(metrics: list[dict]) -> dict[str, pd.DataFrame]:
                     value = record.get(metric)
                     if _is_number(value) and _is_number(record.get("step")):
                         rows.append({"step": record["step"], "value": float(value), "series": label})
-        frames[panel] = pd.DataFrame(rows, columns=["step", "value", "series"])
+        frames[panel] = pd.DataFrame(rows, columns=["step", "value", "series"]).astype({"step": "int64", "value": "float64"})
     return frames
 
 

@@ -23,7 +23,7 @@ from local_grpo.rundir import read_jsonl
 
 from apps import designer, exporting, generate, launcher, runs
 
-REWARDS_FOLDER = "rewards"   # saved reward files live in RUNS/rewards/
+REWARDS_FOLDER = "reward_files"   # saved reward files live in RUNS/reward_files/
 EXPORTS_FOLDER = "exports"
 POLL_SECONDS = 2.0
 # Config fields shown under "More settings" in the Train form (flag names of config.override_fields()).
@@ -167,12 +167,17 @@ def build_app(runs_root: str) -> gr.Blocks:
     @user_errors
     def load_run(run: str, view: str):
         path = run_path(run)
-        weights = "\n".join(f"{k}: {v:g}" for k, v in runs.configured_weights(path).items())
-        return (*run_views(path, view), weights, run_signature(path, view))
+        return (*run_views(path, view), weights_text(path), run_signature(path, view))
+
+    def weights_text(path: str) -> str:
+        return "\n".join(f"{k}: {v:g}" for k, v in runs.configured_weights(path).items())
 
     def refresh_run(run: str, view: str, last_signature: str):
-        """The Timer's poll: new views only when a run file changed (else nothing is sent)."""
-        count = 1 + len(runs.PANELS) + 3 + 1
+        """The Timer's poll: new views only when a run file changed (else nothing is sent).
+
+        The weights box is filled only when the run itself changed, so a user's edit is not overwritten.
+        """
+        count = 1 + len(runs.PANELS) + 3 + 2
         if not run:
             return (gr.skip(),) * count
         try:
@@ -182,7 +187,8 @@ def build_app(runs_root: str) -> gr.Blocks:
         signature = run_signature(path, view)
         if signature == last_signature:
             return (gr.skip(),) * count
-        return (*run_views(path, view), signature)
+        same_run = (last_signature or "").split("|", 1)[0] == path
+        return (*run_views(path, view), gr.skip() if same_run else weights_text(path), signature)
 
     @user_errors
     def set_weights(run: str, weights_text: str) -> str:
@@ -245,8 +251,8 @@ def build_app(runs_root: str) -> gr.Blocks:
                 score_summary = gr.Markdown(elem_id="score-summary")
                 score_table = gr.Dataframe(label="Scores: completion × reward", wrap=True, max_height=420,
                                            elem_id="score-table")
-                histogram = gr.BarPlot(pd.DataFrame(columns=["bin", "count", "reward"]), x="bin", y="count",
-                                       color="reward", title="Score histogram", height=260)
+                histogram = gr.BarPlot(None, x="bin", y="count", color="reward", title="Score histogram",
+                                       height=260, elem_id="histogram")
 
             with gr.Tab("Train", id="train"):
                 with gr.Row():
@@ -298,7 +304,7 @@ def build_app(runs_root: str) -> gr.Blocks:
                 for row_panels in (panel_names[:3], panel_names[3:]):
                     with gr.Row():
                         for panel in row_panels:
-                            plots[panel] = gr.LinePlot(pd.DataFrame(columns=["step", "value", "series"]), x="step",
+                            plots[panel] = gr.LinePlot(None, x="step",
                                                        y="value", color="series", title=CURVE_TITLES[panel],
                                                        height=240, elem_id=f"curve-{panel}")
                 view = gr.Radio(list(runs.COMPLETION_VIEWS), value="latest", label="Completions")
@@ -342,7 +348,7 @@ def build_app(runs_root: str) -> gr.Blocks:
         refresh_btn.click(list_runs, None, [runs_list, watch_run], api_name="list_runs")
         watch_run.change(load_run, [watch_run, view], [*view_outputs, weights, signature], api_name="load_run")
         view.change(load_run, [watch_run, view], [*view_outputs, weights, signature], api_name="load_run_view")
-        timer.tick(refresh_run, [watch_run, view, signature], [*view_outputs, signature], api_name="refresh_run",
+        timer.tick(refresh_run, [watch_run, view, signature], [*view_outputs, weights, signature], api_name="refresh_run",
                    show_progress="hidden")
         weights_btn.click(set_weights, [watch_run, weights], weights_message, api_name="set_weights")
         export_btn.click(export_run, [export_run_name, export_format, export_out], export_message, api_name="export_run")

@@ -237,7 +237,8 @@ def test_train_command_from_the_form(tmp_path):
                                     rewards={"format_soft": 0.5, "/x/my.py:f": 1}, preset="cpu", max_steps=3,
                                     overrides={"num-generations": 4, "load-in-4bit": False, "loss-type": ""})
     command = launcher.train_command(request, str(tmp_path))
-    assert command[:4] == [sys.executable, "-m", "local_grpo.cli", "train"]
+    m = command.index("-m")
+    assert command[0] == sys.executable and command[m:m + 3] == ["-m", "local_grpo.cli", "train"]
     text = " ".join(command)
     assert f"--output {os.path.realpath(tmp_path)}/r1" in text
     assert "--task countdown" in text and "--preset cpu" in text and "--max-steps 3" in text
@@ -252,7 +253,8 @@ def test_train_command_is_accepted_by_the_cli_parser(tmp_path):
 
     request = launcher.TrainRequest(run_name="r1", rewards={"format_soft": 0.5}, preset="cpu", max_steps=3,
                                     overrides={"num-generations": 4, "learning-rate": 0.001})
-    args = build_parser().parse_args(launcher.train_command(request, str(tmp_path))[3:])
+    command = launcher.train_command(request, str(tmp_path))
+    args = build_parser().parse_args(command[command.index("local_grpo.cli") + 1:])
     assert args.command == "train" and args.cfg__num_generations == 4 and args.rewards == "format_soft:0.5"
 
 
