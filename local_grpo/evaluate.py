@@ -9,7 +9,8 @@ Metrics, per model (see docs/evaluation.md):
     pass@k             mean over prompts of the unbiased estimator 1 - C(n-c, k)/C(n, k)
     rewards/<name>     mean score of each reward on the greedy completions (None scores skipped)
     format_rate        fraction of greedy completions with a parseable final answer: an answer marker
-                       ("Answer:", "answer is", "####") followed by a number, or a \\boxed{...}
+                       ("Answer:", "answer is", "####") followed by a number, a \\boxed{...}, or one
+                       non-empty <answer>...</answer> block holding a number
     mean_length        mean greedy completion length in tokens (up to and including the end token)
 A completion is correct when the run's success reward scores it >= 0.999.
 
@@ -172,10 +173,14 @@ def score(reward_fns: list, rows: list[dict], texts: list[str]) -> dict[str, lis
 
 def has_final_answer(text: str) -> bool:
     """The format check: an answer marker followed by a number, or a \\boxed{} (answer tags respected)."""
-    from rewards.extract import answer_region, final_answer
+    from rewards.extract import answer_region, final_answer, first_number
 
     region = answer_region(text)
-    return region is not None and final_answer(region)[1] in ("marker", "boxed")
+    if region is None:
+        return False
+    if "<answer>" in text:  # the answer block is the final answer
+        return first_number(region) is not None
+    return final_answer(region)[1] in ("marker", "boxed")
 
 
 def evaluate(model, tokenizer, rows: list[dict], reward_fns: list, success_name: str, settings: EvalSettings,

@@ -101,6 +101,9 @@ def write_vocab(writer, tokenizer, vocab_size: int) -> list[str]:
         tokenizer.save_pretrained(folder)
         special = gguf.SpecialVocab(folder, load_merges=True, n_vocab=vocab_size)
         special.add_to_gguf(writer)
+    if "bos" not in special.add_special_token:  # does the tokenizer put BOS in front by itself?
+        ids = tokenizer("a")["input_ids"]
+        writer.add_add_bos_token(tokenizer.bos_token_id is not None and ids[:1] == [tokenizer.bos_token_id])
         if not special.merges:
             warnings.append("tokenizer has no BPE merges")
     return warnings

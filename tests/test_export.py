@@ -1,0 +1,196 @@
+"""Export: each format written, reloaded and checked against the trained model; refusals leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from local_grpo import export
+from local_grpo.errors import UserError
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_model_dir, tmp_path_factory) -> str:
+    """A finished 2-step run of the tiny model, with an eval_compare.json for the model card."""
+    from local_grpo import train
+    from local_grpo.config import Config
+    from local_grpo.rundir import RunDir
+
+    config = Config()
+    config.model.name = tiny_model_dir
+    config.model.max_seq_length = 128
+    config.backend = "hf"
+    config.lora.r, config.lora.alpha = 4, 8
+    config.data.num_train, config.data.num_heldout = 16, 4
+    g = config.grpo
+    g.num_generations, g.per_device_train_batch_size, g.max_completion_length = 4, 8, 8
+    g.max_steps, g.save_steps, g.learning_rate = 2, 2, 1e-2
+    config.output_dir = str(tmp_path_factory.mktemp("export") / "run")
+    train.train(config, progress=False)
+    metrics = {"pass@1_greedy": 0.1, "pass@1_sampled": 0.05, "pass@4": 0.2}
+    RunDir(config.output_dir).write_json("eval_compare.json", {
+        "base": metrics, "trained": {**metrics, "pass@1_greedy": 0.3}, "n_prompts": 4, "k": 4, "samples": 8,
+        "temperature": 1.0, "seed": 0})
+    return config.output_dir
+
+
+def leftovers(folder: str) -> list[str]:
+    """Temporary folders an export may have left next to its target."""
+    return [n for n in os.listdir(folder) if ".partial-" in n or ".old-" in n]
+
+
+def test_lora_export_loads_with_peft(tiny_run, tiny_model_dir, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "lora"
+    result = export.export_run(tiny_run, "lora", str(out), verify_prompts=2)
+
+    assert result["verification"]["agreement"] == 1.0 and result["verification"]["prompts"] == 2
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), str(out))
+    assert any("lora_A" in name for name, _ in model.named_parameters())
+    card = (out / "README.md").read_text()
+    for text in ("Base model", "correct_numeric", "GRPO: 4 generations", "Steps: 2", "| pass@1_greedy | 0.100 | 0.300 |",
+                 "reward_curve.png", "2 of 2"):
+        assert text in card
+    assert (out / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert leftovers(str(tmp_path)) == []
+
+
+def test_merged16_export_loads_with_transformers(tiny_run, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "merged"
+    result = export.export_run(tiny_run, "merged16", str(out), verify_prompts=2)
+
+    assert result["quant"] == "f16" and result["verification"]["identical"] == 2
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    assert next(model.parameters()).dtype == torch.float16
+    assert not any("lora" in name for name, _ in model.named_parameters())
+    assert AutoTokenizer.from_pretrained(str(out)).chat_template
+
+
+@pytest.mark.parametrize("quant", ["f16", "q8_0"])
+def test_gguf_export_loads_back_with_transformers(tiny_run, tmp_path, quant):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / f"gguf-{quant}"
+    result = export.export_run(tiny_run, "gguf", str(out), quant=quant, verify_prompts=2)
+
+    path = result["file"]
+    assert os.path.isfile(path) and path.endswith(f"-{quant}.gguf")
+    check = result["verification"]
+    assert check["required"] is (quant == "f16")
+    assert 0 <= check["agreement"] <= 1 and check["tokenizer_match"] is True
+    model = AutoModelForCausalLM.from_pretrained(str(out), gguf_file=os.path.basename(path))
+    assert model.config.model_type == "llama"
+
+
+def test_an_existing_target_is_refused(tiny_run, tmp_path):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(UserError, match="--out: .* already exists"):
+        export.export_run(tiny_run, "lora", str(out))
+    assert os.listdir(out) == ["keep.txt"]
+
+
+def test_overwrite_replaces_the_target(tiny_run, tmp_path):
+    out = tmp_path / "again"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    export.export_run(tiny_run, "lora", str(out), verify_prompts=0, overwrite=True)
+    assert "old.txt" not in os.listdir(out) and "adapter_config.json" in os.listdir(out)
+    assert leftovers(str(tmp_path)) == []
+
+
+def test_a_failed_verification_leaves_no_folder(tiny_run, tmp_path, monkeypatch):
+    real = export.greedy_ids
+    calls = []
+
+    def exported_model_says_something_else(model, tokenizer, prompts, max_new_tokens):
+        calls.append(1)
+        ids = real(model, tokenizer, prompts, max_new_tokens)
+        return ids if len(calls) == 1 else [[t + 1 for t in seq] for seq in ids]
+
+    monkeypatch.setattr(export, "greedy_ids", exported_model_says_something_else)
+    out = tmp_path / "merged"
+    with pytest.raises(export.VerificationError, match="verification failed.*nothing was written"):
+        export.export_run(tiny_run, "merged16", str(out), verify_prompts=2)
+    assert not out.exists()
+    assert leftovers(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize("fmt, quant, flag", [("onnx", None, "--format"), ("lora", "q8_0", "--quant"),
+                                              ("gguf", "q4_k_m", "--quant"), ("merged16", "q8_0", "--quant")])
+def test_bad_format_or_quant_names_the_flag(tiny_run, tmp_path, fmt, quant, flag):
+    with pytest.raises(UserError, match=flag):
+        export.export_run(tiny_run, fmt, str(tmp_path / "x"), quant=quant)
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_json_prints_one_object(tiny_run, tmp_path, capsys):
+    from local_grpo.cli import main
+
+    out = tmp_path / "cli"
+    assert main(["export", tiny_run, "--format", "lora", "--out", str(out), "--verify-prompts", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["path"] == str(out) and result["verification"]["prompts"] == 1
+    assert main(["export", tiny_run, "--format", "lora", "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+
+# --- the embedded SmolLM2 -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smollm2_run(tmp_path_factory) -> str:
+    """A run directory for the embedded SmolLM2 with a small non-zero LoRA adapter built directly with peft."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from local_grpo import config as config_mod
+    from local_grpo import models
+
+    path = models.resolve("embedded")
+    run_dir = tmp_path_factory.mktemp("smollm2") / "run"
+    config = config_mod.Config()
+    config.backend, config.output_dir = "hf", str(run_dir)
+    config.data.num_train, config.data.num_heldout = 8, 2
+    config.grpo.max_completion_length = 16
+    from local_grpo import train
+
+    config = train.fill_defaults(config)
+    os.makedirs(run_dir / "adapter")
+    config_mod.save(config, str(run_dir / "config.yaml"))
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.02)  # B = 0 would make the adapter a no-op
+    model.save_pretrained(str(run_dir / "adapter"))
+    AutoTokenizer.from_pretrained(path).save_pretrained(str(run_dir / "adapter"))
+    return str(run_dir)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("fmt", ["lora", "merged16"])
+def test_embedded_smollm2_exports_round_trip(smollm2_run, tmp_path, fmt):
+    result = export.export_run(smollm2_run, fmt, str(tmp_path / fmt), verify_prompts=2)
+    assert result["verification"]["identical"] == 2
+    assert os.path.isfile(tmp_path / fmt / "README.md")
