@@ -1,4 +1,5 @@
-"""`local-grpo rewards list | score`: inspect the built-ins and score a JSONL file of completions.
+"""`local-grpo rewards list | score | probe`: inspect the built-ins, score a JSONL file of completions,
+probe rewards for hacks with a battery of known-wrong/known-right completions (rewards.probe).
 
 register_cli(subparsers) adds the `rewards` command; each sub-command sets func(args) -> exit code.
 Bad specs raise RewardSpecError (the main CLI prints it on one line and exits 2); a bad
@@ -33,6 +34,15 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                        "(text or chat list) and columns such as 'answer' and 'prompt' (a run's completions.jsonl works)")
     score.add_argument("--json", action="store_true", help="print one JSON object")
     score.set_defaults(func=score_command)
+    probing = commands.add_parser("probe", help="score a battery of known-wrong and known-right completions "
+                                  "(reward hacks) with each reward, before training")
+    probing.add_argument("--rewards", required=True, help="name,... or path/to/file.py:function,... (weights ignored)")
+    source = probing.add_mutually_exclusive_group()
+    source.add_argument("--task", help="built-in task whose prompts and gold answers to use (default arithmetic)")
+    source.add_argument("--dataset", help="local .jsonl/.csv/.parquet file with question and answer columns")
+    probing.add_argument("--n", type=int, default=50, help="prompts to build the battery from (default 50)")
+    probing.add_argument("--json", action="store_true", help="print one JSON object")
+    probing.set_defaults(func=probe_command)
     return parser
 
 
@@ -132,6 +142,42 @@ def score_command(args) -> int:
         print(json.dumps(report, allow_nan=False))
     else:
         print_report(report)
+    return 0
+
+
+def probe_rows(args) -> list[dict]:
+    """Prompt rows (question, answer, countdown columns) of --task or --dataset, loaded by local_grpo."""
+    from local_grpo.config import Config
+    from local_grpo.data import load_examples
+    from local_grpo.errors import UserError
+
+    if args.n < 1:
+        raise RewardSpecError(f"--n: must be at least 1, got {args.n}")
+    config = Config()
+    config.data.task, config.data.dataset = args.task or "arithmetic", args.dataset
+    config.data.num_train, config.data.num_heldout = args.n, 0
+    try:
+        train_rows, _ = load_examples(config)
+    except UserError as error:
+        raise RewardSpecError(str(error)) from None
+    return train_rows[: args.n]
+
+
+def probe_command(args) -> int:
+    """Probe every reward with the battery built from the task's prompts; print the table or JSON."""
+    from rewards.probe import format_table, probe
+
+    reward_fns = [fn for spec, _ in parse_reward_list(args.rewards) for fn in load(spec)]
+    unique_names(reward_fns)
+    rows = probe_rows(args)
+    columns = {}
+    if all("numbers" in row and "target" in row for row in rows):
+        columns = {"nums": [row["numbers"] for row in rows], "target": [row["target"] for row in rows]}
+    report = probe(reward_fns, [row["question"] for row in rows], [row["answer"] for row in rows], columns)
+    if args.json:
+        print(json.dumps(report, allow_nan=False, default=str))
+    else:
+        print(format_table(report))
     return 0
 
 

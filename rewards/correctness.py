@@ -249,7 +249,7 @@ def countdown_equation(text: str) -> str | None:
         lines = region.strip().splitlines()
         candidate = lines[-1] if lines else ""
     candidate = candidate.replace("×", "*").replace("÷", "/").replace("−", "-").replace("\\times", "*")
-    candidate = candidate.split("=")[0].strip().strip("$").strip()
+    candidate = candidate.split("=")[0].strip().strip("$*`").strip()  # markdown bold or code around it
     if not candidate or not re.fullmatch(r"[\d+\-*/().\s]+", candidate) or len(candidate) > 200:
         return None
     return candidate

@@ -150,6 +150,9 @@ def final_answer(text: str) -> tuple[str | None, str]:
     if boxes:
         return boxes[-1].strip(), "boxed"
     numbers = list(NUMBER.finditer(text))
+    fractions = list(LATEX_FRAC.finditer(text))
+    if fractions and (not numbers or fractions[-1].end() >= numbers[-1].end()):
+        return fractions[-1].group(0), "last_number"  # \frac{1}{2}, not its denominator
     if numbers:
         last = numbers[-1]
         if OPERAND_BEFORE.search(text[: last.start()]):
