@@ -128,7 +128,7 @@ def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
         prompts = prompt_texts(kwargs.get("prompts"), len(completions))
         regions = [None if region is None or echoes_prompt(region, prompt) or several_for_one(region, gold) else region
                    for region, prompt, gold in zip((answer_region(t) for t in completion_texts(completions)), prompts, golds)]
-        pairs = [(gold_text(g), r) for g, r in zip(golds, regions) if r is not None]
+        pairs = [(gold_text(g), plain_markdown(r)) for g, r in zip(golds, regions) if r is not None]
         outcomes = iter(judge_pairs(pairs, float(timeout_s)))
         scores = []
         for region in regions:
@@ -144,6 +144,12 @@ def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
         return scores
 
     return correct_math_reward
+
+
+def plain_markdown(region: str) -> str:
+    """The region as math-verify reads it best: **bold** unwrapped, a space after "Answer:" ("Answer:42" → "Answer: 42")."""
+    region = re.sub(r"\*\*(.+?)\*\*", r"\1", region, flags=re.DOTALL)
+    return re.sub(r"(\banswer\s*:)(?=\S)", r"\1 ", region, flags=re.IGNORECASE)
 
 
 def several_for_one(region: str, gold) -> bool:

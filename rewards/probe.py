@@ -25,6 +25,9 @@ from fractions import Fraction
 from rewards.extract import all_numbers, gold_number
 
 THRESHOLD = 0.999
+# Prompts with gold answers of every shape (thousands, decimals, fractions, negatives), for when a caller has none.
+EXAMPLE_ROWS = {"What is 17 + 25?": "42", "What is 999 + 235?": "1234", "What is half of one?": "0.5",
+                "What is 3 times 0.75?": "2.25", "What is 5 - 12?": "-7", "What is 47 + 38?": "85"}
 BATCH_SIZE = 64
 PAD_REPEATS = 400
 REASONING = "Let me work it out step by step."
@@ -317,7 +320,18 @@ def probe_source(code: str, fn_names: list[str], prompts: list, answers: list, c
             fn = get(f"{path}:{name}")
             fn.__name__ = name
             reward_fns.append(fn)
-        return probe(reward_fns, prompts, answers, columns, **options)
+        try:
+            return probe(reward_fns, prompts, answers, columns, **options)
+        finally:
+            for fn in reward_fns:
+                stop_child(fn)
+
+
+def stop_child(fn) -> None:
+    """Stop the child process behind a user-file reward now rather than at garbage collection."""
+    child = getattr(getattr(fn, "_compute", None), "child", None)
+    if child is not None:
+        child.kill()
 
 
 # --- the readable table -------------------------------------------------------------------

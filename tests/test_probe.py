@@ -49,8 +49,11 @@ def test_builtin_correctness_rewards_credit_no_wrong_probe(numeric_report, name)
     assert result["false_positive_rate"] == 0.0, hacks
 
 
-def test_correct_numeric_also_credits_every_right_form(numeric_report):
-    assert numeric_report["rewards"]["correct_numeric"]["false_negative_rate"] == 0.0
+@pytest.mark.parametrize("name", ["correct_numeric", "correct_math"])
+def test_numeric_and_math_rewards_credit_every_right_form(numeric_report, name):
+    result = numeric_report["rewards"][name]
+    misses = {p: e["example"] for p, e in result["probes"].items() if e["kind"] == "right" and e["credited"] < e["total"]}
+    assert result["false_negative_rate"] == 0.0, misses
 
 
 def test_gsm8k_flexible_falls_only_for_its_documented_hacks(numeric_report):
