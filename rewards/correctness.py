@@ -264,7 +264,7 @@ def countdown_equation(text: str) -> str | None:
 def countdown(format_score: float = 0.1, scale: float = 1.0):
     """TinyZero countdown: the equation uses each of `nums` at most once, only + - * /, and equals `target`.
 
-    Columns `target` and `nums`. scale when right, format_score for a well-formed but wrong
+    Columns `target` and `nums` (TinyZero's name; `numbers`, as the countdown task names it, also works). scale when right, format_score for a well-formed but wrong
     equation, 0.0 without one. Range [0, max(scale, format_score)].
     """
 
@@ -286,7 +286,8 @@ def countdown(format_score: float = 0.1, scale: float = 1.0):
 
     def countdown_reward(completions, **kwargs):
         count = len(completions)
-        targets, numbers = column(kwargs, "target", count), column(kwargs, "nums", count)
+        targets = column(kwargs, "target", count)
+        numbers = column(kwargs, "numbers" if "nums" not in kwargs and "numbers" in kwargs else "nums", count)
         return [score(t, target, [int(n) for n in nums])
                 for t, target, nums in zip(completion_texts(completions), targets, numbers)]
 

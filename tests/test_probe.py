@@ -175,3 +175,17 @@ def test_audit_writes_metrics_and_alert_through_the_trainer_hooks(tmp_path):
     assert metrics["audit/disagreement"] == 0.5 and metrics["audit/audited"] == 2 and "audit/seconds" in metrics
     alerts = [e for e in run.events() if e["type"] == "alert"]
     assert len(alerts) == 1 and "1420" in alerts[0]["message"]
+
+
+def test_countdown_reward_reads_the_countdown_task_columns():
+    from local_grpo.config import Config
+    from local_grpo.data import load_examples
+
+    config = Config()
+    config.data.task, config.data.num_train, config.data.num_heldout = "countdown", 3, 0
+    rows = load_examples(config)[0]
+    equations = [solve_countdown(row["numbers"], row["target"]) for row in rows]
+    scores = rewards.get("countdown")([f"Answer: {e}" for e in equations], prompts=[r["prompt"] for r in rows],
+                                      answer=[r["answer"] for r in rows], numbers=[r["numbers"] for r in rows],
+                                      target=[r["target"] for r in rows])
+    assert scores == [1.0, 1.0, 1.0]
