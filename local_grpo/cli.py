@@ -13,6 +13,7 @@ import os
 import sys
 
 from . import config as config_mod
+from . import models
 from .errors import UserError
 
 # Feature modules that add their own sub-command with `register_cli(subparsers)`.
@@ -115,6 +116,7 @@ def run_train(args) -> int:
         raise UserError("--resume: needs --output RUN_DIR (the run to continue)")
     config = train.fill_defaults(config)
     config_mod.validate(config)
+    models.check_name(config.model.name, config.model.gguf_file)
     _preflight(config, args.force)
     summary = train.train(config, resume=args.resume, overwrite=args.overwrite, progress=not args.json)
     if args.json:

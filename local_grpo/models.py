@@ -50,26 +50,36 @@ def resolve(name: str, gguf_file: str | None = None) -> str:
     'embedded' and GGUF files are converted once to a cached HF folder. A local path that does
     not exist is an error; anything else that looks like `owner/name` is passed on as a hub id.
     """
-    if is_embedded(name):
+    kind = check_name(name, gguf_file)
+    if kind == "embedded":
         return convert_gguf(embedded_gguf_path())
+    if kind == "gguf":
+        return convert_gguf(name if name.endswith(".gguf") else os.path.join(name, gguf_file))
+    return name
+
+
+def check_name(name: str, gguf_file: str | None = None) -> str:
+    """Check a model reference without loading anything: 'embedded', 'gguf', 'folder' or 'hub'."""
+    if is_embedded(name):
+        embedded_gguf_path()
+        return "embedded"
     if name.endswith(".gguf"):
         if not os.path.isfile(name):
             raise UserError(f"model: GGUF file not found: {name}")
-        return convert_gguf(name)
+        return "gguf"
     if os.path.isdir(name):
         if gguf_file:
-            path = os.path.join(name, gguf_file)
-            if not os.path.isfile(path):
+            if not os.path.isfile(os.path.join(name, gguf_file)):
                 raise UserError(f"model.gguf_file: {gguf_file} not found in {name}")
-            return convert_gguf(path)
+            return "gguf"
         if not os.path.isfile(os.path.join(name, "config.json")):
             raise UserError(f"model: {name} has no config.json (not a transformers model folder)")
-        return name
-    if os.path.isabs(name) or name.startswith((".", "~")) or os.sep in name.strip("/").replace("/", "", 1):
+        return "folder"
+    if os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1:
         raise UserError(f"model: no such folder: {name}")
     if name.count("/") != 1:
         raise UserError(f"model: {name!r} is neither 'embedded', a local folder, nor a hub id like owner/name")
-    return name  # a hub id: transformers resolves it (and fails clearly when offline)
+    return "hub"
 
 
 def convert_gguf(gguf_path: str) -> str:

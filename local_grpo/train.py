@@ -24,9 +24,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     """Train with GRPO and write RUN_DIR; returns the summary (also in RUN_DIR/summary.json)."""
     import rewards
 
-    run, config, checkpoint = prepare_run(config, resume=resume, overwrite=overwrite)
-    loaded = backends.load(config)  # first: Unsloth must patch before trl/transformers load
-    train_rows, held_out = data.load_examples(config)
+    run, config, checkpoint, (train_rows, held_out) = prepare_run(config, resume=resume, overwrite=overwrite)
+    loaded = backends.load(config)  # before trl/transformers: Unsloth must patch them first
     reward_fns = [rewards.get(spec.name, **spec.params) for spec in config.rewards]
     success_fn = next((f for f in reward_fns if f.__name__ == config.success_reward), None)
     if success_fn is None:
@@ -76,8 +75,12 @@ def fill_defaults(config: Config) -> Config:
     return config
 
 
-def prepare_run(config: Config, resume: bool, overwrite: bool) -> tuple[RunDir, Config, str | None]:
-    """Validate, then create the run directory (or reopen it for --resume). Returns the checkpoint."""
+def prepare_run(config: Config, resume: bool, overwrite: bool):
+    """Validate config, rewards and data, then create the run directory (or reopen it for --resume).
+
+    Returns (run, config, checkpoint or None, (train_rows, held_out)). Nothing is written before
+    every input has been checked.
+    """
     config = validate(fill_defaults(config))
     check_rewards(config)
     if resume:
@@ -91,15 +94,17 @@ def prepare_run(config: Config, resume: bool, overwrite: bool) -> tuple[RunDir, 
         step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else 0
         for name in (rundir.METRICS, rundir.COMPLETIONS):
             run.keep_steps_up_to(name, step)
+        examples = data.load_examples(config)
         run.event("info", f"resumed from {'step ' + str(step) if checkpoint else 'the start (no checkpoint yet)'}", step=step)
     else:
+        examples = data.load_examples(config)
         run = RunDir.create(config.output_dir, overwrite=overwrite)
         checkpoint = None
     with open(run.file(rundir.CONFIG), "w", encoding="utf-8") as fh:
         import yaml
 
         yaml.safe_dump(to_dict(config), fh, sort_keys=False, allow_unicode=True)
-    return run, config, checkpoint
+    return run, config, checkpoint, examples
 
 
 def check_rewards(config: Config) -> None:
@@ -376,13 +381,15 @@ class RunDirCallback:
                     changed[name] = float(weight)
             else:
                 self.run.event("warning", f"control.json: ignored weight for {name!r} (not a reward of this run or not a number)")
-        if changed and self.trainer is not None:
+        if not changed:
+            return
+        step = self.trainer.state.global_step + 1 if self.trainer is not None else None
+        if self.trainer is not None:
             import torch
 
             self.trainer.reward_weights = torch.tensor(self.recorder.weights, dtype=torch.float32)
-            step = self.trainer.state.global_step
-            self.run.event("weights_changed", f"reward weights changed at step {step + 1}: {changed}",
-                           step=step + 1, weights=dict(zip(names, self.recorder.weights)))
+        self.run.event("weights_changed", f"reward weights changed: {changed}", step=step,
+                       weights=dict(zip(names, self.recorder.weights)))
 
 
 # --- summary ------------------------------------------------------------------------------

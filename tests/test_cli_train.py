@@ -1,0 +1,74 @@
+"""`local-grpo train` through the CLI in subprocesses: the Unsloth backend (it patches TRL globally,
+so it never runs in the test process) and the embedded SmolLM2 end to end."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import load_file
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = ["--task", "arithmetic", "--num-train", "16", "--num-heldout", "4", "--num-generations", "4",
+        "--per-device-train-batch-size", "8", "--max-steps", "2", "--save-steps", "1"]
+
+
+def run_cli(args, cwd, timeout=900):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": REPO}
+    return subprocess.run([sys.executable, "-m", "local_grpo.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_trained_run(run_dir, steps):
+    metrics = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+    assert [m["step"] for m in metrics] == list(range(1, steps + 1))
+    assert "success" in metrics[-1] and "reward" in metrics[-1]
+    completions = open(os.path.join(run_dir, "completions.jsonl")).read().splitlines()
+    assert completions and all(json.loads(line)["rewards"] for line in completions)
+    tensors = load_file(os.path.join(run_dir, "adapter", "adapter_model.safetensors"))
+    assert any(t.abs().sum() > 0 for name, t in tensors.items() if "lora_B" in name), "LoRA weights did not move"
+
+
+def test_unsloth_backend_trains_in_a_subprocess(tiny_model_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli(["train", "--backend", "unsloth", "--model", tiny_model_dir, *FAST,
+                      "--max-completion-length", "12", "--max-seq-length", "128", "--lora-r", "4", "--lora-alpha", "8",
+                      "--learning-rate", "0.01", "--output", str(run_dir), "--json"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert summary["backend"] == "unsloth" and summary["steps"] == 2
+    assert_trained_run(run_dir, 2)
+
+
+@pytest.mark.e2e
+def test_embedded_smollm2_trains_through_the_cli(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli(["train", "--model", "embedded", "--backend", "hf", *FAST, "--max-completion-length", "24",
+                      "--learning-rate", "0.0005", "--output", str(run_dir)], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "success" in result.stdout and str(run_dir) in result.stdout
+    assert_trained_run(run_dir, 2)
+    config = open(os.path.join(run_dir, "config.yaml")).read()
+    assert "name: embedded" in config
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--num-generations", "1"], "grpo.num_generations"),
+        (["--loss-type", "grpoo"], "grpo.loss_type"),
+        (["--config", "missing.yaml"], "--config: file not found"),
+        (["--model", "./no/such/folder"], "model: no such folder"),
+        (["--rewards", "nope"], "rewards[0]"),
+        (["--dataset", "missing.jsonl"], "file not found"),
+        (["--max-steps", "ten"], "--max-steps"),
+        (["--preset", "3gb"], "preset"),
+    ],
+)
+def test_bad_train_input_is_one_line_and_exit_2(tmp_path, args, expected):
+    result = run_cli(["train", *args, "--output", str(tmp_path / "run")], cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert not (tmp_path / "run").exists()
