@@ -300,6 +300,7 @@ class RunDirCallback:
         self.progress = progress
         self.trainer = None
         self.bar = None
+        self.metric_hooks = []  # callables(step) -> dict of extra metrics (audit, predictor, ...)
         self._control_mtime = None
         self._started = time.time()
         self.metric_hooks = []  # callables() -> {metric: value} merged into each metrics line (e.g. audit)
