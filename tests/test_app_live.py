@@ -242,7 +242,7 @@ def test_browser_design_score_and_watch(studio):
         expect(curve.locator("canvas, svg").first).to_be_visible(timeout=20000)
         expect(page.locator("#completions")).to_contain_text("correct_numeric")
         expect(page.get_by_label("Reward weights (live: applied at the next step)")).to_have_value(
-            re.compile("correct_numeric: 1"), timeout=10000)
+            re.compile(r"correct_numeric: \d"), timeout=10000)
         page.wait_for_timeout(1500)  # let the plots finish drawing
         page.screenshot(path=os.path.join(images, "studio-watch.png"), full_page=True)
         browser.close()
