@@ -43,5 +43,7 @@ def run_app(args) -> int:
     from apps.studio import build_app
 
     app = build_app(runs_root)
-    app.launch(server_name=args.host, server_port=args.port, share=False)
+    shown_host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    print(f"local-grpo studio: http://{shown_host}:{args.port}  (runs folder {runs_root}; Ctrl+C to stop)", flush=True)
+    app.launch(server_name=args.host, server_port=args.port, share=False, quiet=True)
     return 0
