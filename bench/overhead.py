@@ -1,0 +1,118 @@
+"""Overhead of `local-grpo train` over a bare TRL GRPOTrainer script, same tiny model and settings.
+
+Runs alternate (bare, ours, bare, ours, ...) in one session so both see the same machine load.
+The compared number is TRL's own `step_time` (generation + rewards + loss + optimizer, measured
+inside the trainer) — median over steps after a warm-up — plus wall time per run.
+
+    python bench/overhead.py [--rounds 3] [--steps 12] [--out bench/results/overhead.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SETTINGS = dict(num_generations=8, per_device_train_batch_size=16, max_completion_length=32, learning_rate=1e-3)
+
+BARE = r'''
+import json, os, re, sys, time
+import torch
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+from local_grpo import trl_cpu          # the same CPU log-prob path our HF backend installs
+from local_grpo.tasks import arithmetic_examples, ANSWER_LINE_PROMPT
+trl_cpu.apply()
+model_dir, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+S = json.loads(sys.argv[4])
+tok = AutoTokenizer.from_pretrained(model_dir); tok.padding_side = "left"
+model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+rows = [{"prompt": [{"role": "system", "content": ANSWER_LINE_PROMPT}, {"role": "user", "content": r["question"]}],
+         "answer": r["answer"]} for r in arithmetic_examples(200, 0, {})]
+def text(c): return c[0]["content"] if isinstance(c, list) else c
+def correct(completions, answer, **kw):
+    out = []
+    for c, a in zip(completions, answer):
+        nums = re.findall(r"-?\d+", text(c)); out.append(1.0 if nums and nums[-1] == a else 0.0)
+    return out
+def fmt(completions, **kw): return [0.2 if re.search(r"Answer:\s*-?\d+", text(c)) else 0.0 for c in completions]
+args = GRPOConfig(output_dir=os.path.join(out, "ckpt"), use_cpu=True, bf16=False, report_to="none", logging_steps=1,
+                  max_steps=steps, save_strategy="no", per_device_train_batch_size=S["per_device_train_batch_size"],
+                  num_generations=S["num_generations"], max_completion_length=S["max_completion_length"],
+                  learning_rate=S["learning_rate"], beta=0.0, gradient_checkpointing=False, seed=42,
+                  lr_scheduler_type="constant", disable_tqdm=True)
+trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[correct, fmt], args=args,
+                      train_dataset=Dataset.from_list(rows),
+                      peft_config=LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"], task_type="CAUSAL_LM"))
+t = time.time(); trainer.train(); wall = time.time() - t
+json.dump({"wall": wall, "step_time": [h["step_time"] for h in trainer.state.log_history if "step_time" in h]},
+          open(os.path.join(out, "bare.json"), "w"))
+'''
+
+
+def run_bare(model_dir: str, steps: int, workdir: str) -> dict:
+    subprocess.run([sys.executable, "-c", BARE, model_dir, str(steps), workdir, json.dumps(SETTINGS)],
+                   check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True)
+    return json.load(open(os.path.join(workdir, "bare.json")))
+
+
+def run_ours(model_dir: str, steps: int, workdir: str) -> dict:
+    out = os.path.join(workdir, "run")
+    cmd = [sys.executable, "-m", "local_grpo.cli", "train", "--model", model_dir, "--backend", "hf",
+           "--task", "arithmetic", "--num-train", "160", "--num-heldout", "40", "--max-steps", str(steps),
+           "--save-steps", str(steps), "--lora-r", "16", "--lora-alpha", "32", "--dtype", "float32",
+           "--output", out, "--json", "--rewards", "correct_numeric,format_soft:0.2"]
+    for key, value in SETTINGS.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    t = time.time()
+    subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True)
+    wall = time.time() - t
+    metrics = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    return {"wall_process": wall, "step_time": [m["step_time"] for m in metrics if "step_time" in m]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=2, help="steps ignored at the start of each run")
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "overhead.json"))
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    from tiny_model import build_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_tiny_model(os.path.join(tmp, "tiny"), hidden=256, layers=4)
+        bare_steps, our_steps, rounds = [], [], []
+        for i in range(args.rounds):
+            b = run_bare(model_dir, args.steps, tempfile.mkdtemp(dir=tmp))
+            o = run_ours(model_dir, args.steps, tempfile.mkdtemp(dir=tmp))
+            bare_steps += b["step_time"][args.warmup:]
+            our_steps += o["step_time"][args.warmup:]
+            rounds.append({"bare_median_step": statistics.median(b["step_time"][args.warmup:]),
+                           "ours_median_step": statistics.median(o["step_time"][args.warmup:])})
+            print(f"round {i + 1}: {rounds[-1]}", flush=True)
+    bare_median, our_median = statistics.median(bare_steps), statistics.median(our_steps)
+    result = {
+        "model": "tiny random Llama (hidden 256, 4 layers) + BPE tokenizer",
+        "settings": SETTINGS, "steps_per_run": args.steps, "warmup_ignored": args.warmup, "rounds": rounds,
+        "bare_trl_median_step_s": round(bare_median, 4), "local_grpo_median_step_s": round(our_median, 4),
+        "step_time_ratio": round(our_median / bare_median, 3), "goal": "<= 1.03",
+        "load_average_at_end": os.getloadavg()[0],
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    json.dump(result, open(args.out, "w"), indent=1)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

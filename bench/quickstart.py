@@ -1,0 +1,107 @@
+"""Quickstart learning benchmark: the README's main job on this machine's CPU cores.
+
+Trains the embedded SmolLM2-135M with configs/cpu-quickstart.yaml (or --config), checkpointing every
+--eval-every steps, then measures greedy success on the 40 held-out arithmetic prompts for the base
+model and every checkpoint. Reports wall time, steps, success vs training time, the time to reach the
+plain-TRL anchor's final held-out success (0.525 after 843 s, ../shared/bench/anchor_trl-result.json),
+and the success reached within 7 and 15 minutes of training.
+
+    python bench/quickstart.py [--config configs/cpu-quickstart.yaml] [--max-steps 40] [--eval-every 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+ANCHOR = {"before": 0.125, "after": 0.525, "steps": 40, "train_s": 843.5}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", default=os.path.join(REPO, "configs", "cpu-quickstart.yaml"))
+    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "quickstart.json"))
+    parser.add_argument("--keep-run", default=None, help="copy the run directory here afterwards")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    from local_grpo import config as config_mod
+    from local_grpo import evaluate, train
+    from local_grpo.rundir import RunDir
+
+    config = config_mod.load(args.config)
+    if args.max_steps:
+        config.grpo.max_steps = args.max_steps
+    config.grpo.save_steps = args.eval_every
+    config.grpo.save_total_limit = 1000
+    work = tempfile.mkdtemp(prefix="quickstart-bench-")
+    config.output_dir = os.path.join(work, "run")
+
+    started = time.time()
+    summary = train.train(config, progress=True)
+    wall = time.time() - started
+    run = RunDir.open(config.output_dir)
+    metrics = run.metrics()
+    seconds_at_step = {m["step"]: m["time"] for m in metrics}
+
+    settings = evaluate.EvalSettings(n=config.data.num_heldout, samples=0, max_new_tokens=config.grpo.max_completion_length,
+                                     batch_size=20)
+    rows = evaluate.eval_rows(config, settings)
+    reward_fns, success_name = evaluate.reward_functions(config)
+    from local_grpo import backends
+
+    loaded = backends.load_for_inference(config, run.adapter_dir)
+    model = loaded.model
+    with model.disable_adapter():
+        base, _ = evaluate.evaluate(model, loaded.tokenizer, rows, reward_fns, success_name, settings, label="base")
+    curve = [{"step": 0, "train_s": 0.0, "success": base["pass@1_greedy"]}]
+    checkpoints = sorted((int(name.split("-")[-1]), os.path.join(run.checkpoints_dir, name))
+                         for name in os.listdir(run.checkpoints_dir) if name.startswith("checkpoint-"))
+    for step, path in checkpoints:
+        name = f"step{step}"
+        model.load_adapter(path, adapter_name=name)
+        model.set_adapter(name)
+        result, _ = evaluate.evaluate(model, loaded.tokenizer, rows, reward_fns, success_name, settings, label=name)
+        curve.append({"step": step, "train_s": seconds_at_step.get(step), "success": result["pass@1_greedy"]})
+        print(curve[-1], flush=True)
+
+    def reached(threshold):
+        hits = [c for c in curve if c["success"] is not None and c["success"] >= threshold and c["step"] > 0]
+        return hits[0] if hits else None
+
+    def best_within(seconds):
+        inside = [c for c in curve if c["train_s"] is not None and c["train_s"] <= seconds]
+        return max(inside, key=lambda c: c["success"]) if inside else None
+
+    result = {
+        "config": os.path.relpath(args.config, REPO),
+        "steps": summary["steps"], "train_wall_s": round(wall, 1), "train_s": summary["train_seconds"],
+        "mean_step_s": round(summary["train_seconds"] / max(1, summary["steps"]), 2),
+        "heldout_prompts": len(rows), "greedy_success_before": base["pass@1_greedy"],
+        "greedy_success_after": curve[-1]["success"], "curve": curve,
+        "anchor": ANCHOR,
+        "first_checkpoint_at_or_above_anchor": reached(ANCHOR["after"]),
+        "first_checkpoint_at_or_above_0.70": reached(0.70),
+        "best_within_7_min": best_within(420), "best_within_15_min": best_within(900),
+        "train_summary": summary, "load_average_at_end": os.getloadavg()[0], "cpu_count": os.cpu_count(),
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as fh:
+        json.dump(result, fh, indent=1)
+    print(json.dumps({k: v for k, v in result.items() if k not in ("curve", "train_summary")}, indent=1))
+    if args.keep_run:
+        shutil.copytree(config.output_dir, args.keep_run, dirs_exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
