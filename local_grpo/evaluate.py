@@ -21,7 +21,6 @@ eval_compare.json (and the per-prompt jsonl), which the app shows.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time

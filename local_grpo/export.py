@@ -41,7 +41,7 @@ class VerificationError(UserError):
 
 
 def export_run(run_dir: str, fmt: str, out_dir: str, quant: str | None = None, verify_prompts: int = 4,
-               overwrite: bool = False, progress: bool = False) -> dict:
+               overwrite: bool = False) -> dict:
     """Export RUN_DIR's adapter as `fmt` into `out_dir`, verified by reloading. Returns paths and numbers."""
     run = rundir.RunDir.open(run_dir)
     fmt, quant = check_format(fmt, quant)
@@ -61,7 +61,7 @@ def export_run(run_dir: str, fmt: str, out_dir: str, quant: str | None = None, v
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.partial-", dir=parent)
     os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700; the export is an ordinary folder
     try:
-        result = EXPORTERS[fmt](run, config, tmp, quant, verify_prompts, progress)
+        result = EXPORTERS[fmt](run, config, tmp, quant, verify_prompts)
         write_card(run, config, tmp, fmt, quant, result)
         replace_dir(tmp, out_dir)
     except BaseException:
@@ -117,7 +117,7 @@ def replace_dir(tmp: str, out_dir: str) -> None:
 
 # --- the three formats --------------------------------------------------------------------
 
-def export_lora(run, config, tmp, quant, verify_prompts, progress) -> dict:
+def export_lora(run, config, tmp, quant, verify_prompts) -> dict:
     """Copy the adapter (+ tokenizer) and check PeftModel.from_pretrained(base, DIR) reproduces the run."""
     from . import backends
 
@@ -134,7 +134,7 @@ def export_lora(run, config, tmp, quant, verify_prompts, progress) -> dict:
     return result
 
 
-def export_merged16(run, config, tmp, quant, verify_prompts, progress) -> dict:
+def export_merged16(run, config, tmp, quant, verify_prompts) -> dict:
     """Merge the adapter into the base in float32, store 16-bit weights, reload with AutoModelForCausalLM."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -152,7 +152,7 @@ def export_merged16(run, config, tmp, quant, verify_prompts, progress) -> dict:
     return result
 
 
-def export_gguf(run, config, tmp, quant, verify_prompts, progress) -> dict:
+def export_gguf(run, config, tmp, quant, verify_prompts) -> dict:
     """Merge, write one GGUF file, reload it with transformers, and compare greedy tokens with the merged model."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -382,7 +382,7 @@ def register_cli(subparsers) -> None:
 
 def main(args) -> int:
     result = export_run(args.run_dir, args.format, args.out, quant=args.quant, verify_prompts=args.verify_prompts,
-                        overwrite=args.overwrite, progress=not args.json)
+                        overwrite=args.overwrite)
     if args.json:
         print(json.dumps(result))
         return 0
