@@ -23,9 +23,10 @@ TOP_K = 4
 CLAIM_FRACTION = 0.5  # "reward says right": total >= this × sum of positive weights
 ALERT_EVERY = 10  # steps between repeated alerts
 
-INTEGER = re.compile(r"(?<![\d.])-?\d{1,3}(?:,\d{3})+(?:\.0+)?(?![\d.])|(?<![\d.])-?\d+(?:\.0+)?(?![\d.])")
+INTEGER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.0+)?(?!\d|\.\d)")
 MARKER = re.compile(r"(?:answer\s*(?:is|:|=)|####)", re.IGNORECASE)
-NEGATION = re.compile(r"\b(?:not|no|wait|actually|isn't|instead)\b", re.IGNORECASE)
+NEGATION = re.compile(r"\b(?:not|no|wait|actually|instead|never)\b|n't\b|~~|<!--|<(?:del|s|strike)\b|\\x?cancel"
+                      r"|display\s*:\s*none", re.IGNORECASE)
 PROMPT_NUMBERS = re.compile(r"\[([\d,\s]+)\]")
 
 
@@ -38,24 +39,31 @@ def visible_text(text: str) -> str:
 
 
 def answer_span(text: str) -> str | None:
-    """Where the final answer is: the single <answer> block, else the line after the last marker, else the last line."""
+    """Where the final answer is: the single <answer> block, else the line after the last marker, else the last line.
+
+    None when there is no such span, or when it (or anything after the marker) hedges: "not", "No wait", hidden markup.
+    """
     text = visible_text(text)
     if "<answer>" in text or "</answer>" in text:
         blocks = re.findall(r"<answer>(.*?)</answer>", text, flags=re.DOTALL)
-        return blocks[0] if len(blocks) == 1 and blocks[0].strip() else None
+        valid = len(blocks) == 1 and blocks[0].strip() and text.count("<answer>") == 1
+        return blocks[0] if valid and not NEGATION.search(blocks[0]) else None
     markers = list(MARKER.finditer(text))
     if markers:
-        return text[markers[-1].end():].split("\n", 1)[0]
+        rest = text[markers[-1].start():]
+        return None if NEGATION.search(rest) else text[markers[-1].end():].split("\n", 1)[0]
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else None
+    return lines[-1] if lines and not NEGATION.search(lines[-1]) else None
 
 
 def final_integer(text: str) -> int | None:
-    """The one integer the answer span states; None when it states none, several, or hedges ("not", "wait")."""
+    """The one integer the answer span states (after its last "=" if any); None when none, several, or hedged."""
     span = answer_span(text)
-    if span is None or NEGATION.search(span):
+    if span is None:
         return None
     span = re.sub(r"\\boxed\{([^{}]*)\}", r"\1", span)
+    if "=" in span:
+        span = span.rsplit("=", 1)[1]  # "13 + 56 = 69": the equation's result is the stated answer
     values = {int(float(m.group(0).replace(",", ""))) for m in INTEGER.finditer(span)}
     return values.pop() if len(values) == 1 else None
 
@@ -104,7 +112,9 @@ def countdown_verdict(record: dict) -> bool | None:
     span = answer_span(record.get("completion") or "")
     if span is None:
         return False
-    equation = span.replace("×", "*").replace("÷", "/").replace("−", "-").split("=")[0].strip().strip("$`*").strip()
+    for symbol, operator_ in (("×", "*"), ("÷", "/"), ("−", "-"), ("\\times", "*"), ("\\div", "/"), ("\\cdot", "*")):
+        span = span.replace(symbol, operator_)
+    equation = span.split("=")[0].strip().strip("$`*").strip()
     if not equation or len(equation) > 200 or not re.fullmatch(r"[\d+\-*/()\s]+", equation):
         return False
     used: list[int] = []

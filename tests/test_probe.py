@@ -141,6 +141,16 @@ def test_audit_flags_top_rewarded_wrong_answers():
     assert "audit/disagreement" not in auditor.metrics()  # counts reset; nothing audited since
 
 
+def test_audit_arithmetic_verifier_reads_an_equation_result():
+    from local_grpo.audit import arithmetic_verdict
+
+    row = {"prompt": "What is 13 + 56?", "answer": "69"}
+    assert arithmetic_verdict({**row, "completion": "Sure. 13 + 56 = 69"})
+    assert arithmetic_verdict({**row, "completion": "128 is 78 + 30 = 69."})
+    assert not arithmetic_verdict({**row, "completion": "13 + 56 ="})
+    assert not arithmetic_verdict({**row, "completion": "13 + 56 = 69 or 70"})
+
+
 def test_audit_countdown_checks_the_equation():
     from local_grpo.audit import countdown_verdict
 
@@ -189,3 +199,21 @@ def test_countdown_reward_reads_the_countdown_task_columns():
                                       answer=[r["answer"] for r in rows], numbers=[r["numbers"] for r in rows],
                                       target=[r["target"] for r in rows])
     assert scores == [1.0, 1.0, 1.0]
+
+
+def test_audit_verifiers_pass_the_probe_batteries():
+    from local_grpo.audit import arithmetic_verdict, countdown_verdict
+
+    def as_reward(verdict):
+        def reward(completions, prompts, answer, **kwargs):
+            return [1.0 if verdict({"completion": c, "prompt": p, "answer": a}) else 0.0
+                    for c, p, a in zip(completions, prompts, answer)]
+        reward.__name__ = verdict.__name__
+        return reward
+
+    integer_rows = [(p, a) for p, a in zip(PROMPTS, ANSWERS) if "." not in a]
+    report = probe([as_reward(arithmetic_verdict)], [p for p, _ in integer_rows], [a for _, a in integer_rows])
+    assert report["rewards"]["arithmetic_verdict"]["false_positive_rate"] == 0.0
+    report = probe([as_reward(countdown_verdict)], COUNTDOWN_PROMPTS, [str(t) for t in COUNTDOWN_TARGETS],
+                   {"nums": COUNTDOWN_NUMS, "target": COUNTDOWN_TARGETS})
+    assert report["rewards"]["countdown_verdict"]["false_positive_rate"] == 0.0
