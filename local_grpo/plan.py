@@ -32,7 +32,6 @@ import argparse
 import dataclasses
 import glob
 import json
-import math
 import os
 import sys
 from dataclasses import dataclass
@@ -422,7 +421,7 @@ def reference_bytes(shape: Shape, s: Settings) -> float:
     if s.beta <= 0:
         return 0.0
     tokens = s.micro_batch * (s.prompt_tokens + s.completion_tokens)
-    no_grad_logits = logits_bytes(shape, dataclasses.replace(s, micro_batch=s.micro_batch)) / 2
+    no_grad_logits = logits_bytes(shape, s) / 2  # forward half of the log-prob workspace: no gradient buffers
     return inference_working_bytes(shape, s, tokens) + tokens * shape.hidden_size * _act_bytes(s) + no_grad_logits
 
 
