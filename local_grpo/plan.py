@@ -302,13 +302,13 @@ def settings_of(config, device: str = "cuda") -> Settings:
 def weights_bytes(shape: Shape, s: Settings) -> float:
     """Base model weights. 4-bit: nf4 linears + 8-bit absmax + fp32 2nd-level scales; the rest 16-bit.
 
-    The HF backend's `prepare_model_for_kbit_training` upcasts every non-quantised 16-bit tensor
-    (embeddings, lm_head, norms) to fp32; Unsloth keeps them 16-bit.
+    Both backends keep the non-quantised tensors (embeddings, lm_head, norms) in the compute dtype
+    (our HF backend does not call peft's prepare_model_for_kbit_training, which upcasts them).
     """
     if not s.load_in_4bit:
         return shape.params * s.weight_bytes
     per_param = NF4_BYTES_PER_PARAM + DOUBLE_QUANT_SCALE_BYTES / NF4_BLOCKSIZE + 4 / (NF4_BLOCKSIZE * DOUBLE_QUANT_BLOCK)
-    kept_bytes = 4 if (s.backend == "hf" or s.weight_bytes == 4) else 2
+    kept_bytes = 4 if s.weight_bytes == 4 else 2
     return shape.linear_params * per_param + (shape.embedding_params + shape.norm_params) * kept_bytes
 
 

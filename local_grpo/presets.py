@@ -28,13 +28,13 @@ PRESETS: dict[str, dict] = {
     "6gb": {  # models up to ~1.5B
         "model": {"load_in_4bit": True, "max_seq_length": 1280},
         "lora": {"r": 16, "alpha": 32},
-        "grpo": {"num_generations": 8, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+        "grpo": {"num_generations": 8, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
                  "max_completion_length": 1024, "gradient_checkpointing": True, "optim": "adamw_8bit"},
     },
     "8gb": {  # models up to ~4B (Qwen3-4B, Llama-3.2-3B, Phi-4-mini)
         "model": {"load_in_4bit": True, "max_seq_length": 1280},
         "lora": {"r": 16, "alpha": 32},
-        "grpo": {"num_generations": 8, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 4,
+        "grpo": {"num_generations": 8, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
                  "max_completion_length": 1024, "gradient_checkpointing": True, "optim": "adamw_8bit"},
     },
     "12gb": {  # models up to ~4B with 2048-token completions
@@ -46,13 +46,13 @@ PRESETS: dict[str, dict] = {
     "16gb": {  # models up to ~8B (Llama-3.1-8B, Qwen3-8B, Qwen2.5-7B)
         "model": {"load_in_4bit": True, "max_seq_length": 2304},
         "lora": {"r": 16, "alpha": 32},
-        "grpo": {"num_generations": 8, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 4,
+        "grpo": {"num_generations": 8, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
                  "max_completion_length": 2048, "gradient_checkpointing": True, "optim": "adamw_8bit"},
     },
-    "24gb": {  # models up to ~8B with a micro-batch of 4
+    "24gb": {  # models up to ~8B with a micro-batch of 8
         "model": {"load_in_4bit": True, "max_seq_length": 2304},
         "lora": {"r": 16, "alpha": 32},
-        "grpo": {"num_generations": 8, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+        "grpo": {"num_generations": 8, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
                  "max_completion_length": 2048, "gradient_checkpointing": True, "optim": "adamw_8bit"},
     },
 }
