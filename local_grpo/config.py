@@ -107,6 +107,8 @@ class GRPOSettings:
     vllm_mode: str = _f("colocate", "TRL vLLM mode: colocate or server (a separate `trl vllm-serve`).")
     filter_zero_std: bool = _f(False, "Skip prompts whose groups were all-right or all-wrong on recent visits.")
     audit: bool = _f(False, "Re-check the best completions with an independent verifier each step.")
+    p_ref_samples: int = _f(4, "Completions sampled per held-out prompt at the start of a run to measure p_ref (the starting model's success) for success_predicted; 0 = off.")
+    p_ref_prompts: int = _f(8, "Held-out prompts used to measure p_ref at the start of a run; 0 = off.")
 
 
 @dataclass
@@ -386,6 +388,9 @@ def validate(config: Config) -> Config:
     _one_of("grpo.vllm_mode", g.vllm_mode, VLLM_MODES)
     for name in ("num_iterations", "max_steps", "logging_steps", "save_steps", "save_total_limit"):
         _positive(f"grpo.{name}", getattr(g, name))
+    for name in ("p_ref_samples", "p_ref_prompts"):
+        if getattr(g, name) < 0:
+            raise UserError(f"grpo.{name}: must be >= 0 (0 = no p_ref measurement), got {getattr(g, name)}")
     if g.warmup_steps < 0:
         raise UserError(f"grpo.warmup_steps: must be >= 0, got {g.warmup_steps}")
     if g.max_grad_norm <= 0:

@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import backends, data, rundir
+from . import backends, data, diagnostics, filtering, kl_variants, rundir, success
 from .config import Config, to_dict, validate
 from .errors import UserError
 from .rundir import RunDir
@@ -31,10 +31,11 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     if success_fn is None:
         success_fn = rewards.get(config.success_reward)
     recorder = RewardRecorder(run, reward_fns, [s.weight for s in config.rewards], success_fn)
+    p_ref = success.ensure_p_ref(run, config, loaded, held_out, success_fn)  # RUN_DIR/p_ref.json
 
     from datasets import Dataset
 
-    trainer = loaded.trainer_class(
+    trainer = kl_variants.trainer_class(loaded.trainer_class, config)(  # kl mirror/both: our subclass
         model=loaded.model,
         processing_class=loaded.tokenizer,
         reward_funcs=recorder.wrapped(),
@@ -43,6 +44,11 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     )
     callback = RunDirCallback(run, recorder, config, progress=progress)
     callback.attach(trainer)
+    if p_ref:
+        callback.metric_hooks.append(success.PredictedSuccess(p_ref, config, callback))
+    diagnostics.attach(trainer, run, config)  # zero-signal streaks, length drift, hacking signs
+    if config.grpo.filter_zero_std:
+        filtering.attach(trainer, run, recorder, train_rows)
     if config.grpo.audit:
         from .audit import attach_audit
 
@@ -334,8 +340,8 @@ class RunDirCallback:
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = dict(logs or {})
-        if "reward" not in logs:
-            return  # the trainer's end-of-training summary line
+        if "train_runtime" in logs or not {"reward", "loss"} & logs.keys():
+            return  # the trainer's end-of-training summary line (steps that reuse a batch, num_iterations > 1, have loss but no reward)
         record = {"step": state.global_step}
         for key, value in logs.items():
             if isinstance(value, (int, float)):
@@ -348,7 +354,7 @@ class RunDirCallback:
         record["time"] = round(time.time() - self._started, 2)
         self.run.append(rundir.METRICS, record)
         if self.bar is not None:
-            post = {"reward": f"{record['reward']:.3f}"}
+            post = {"reward": f"{record['reward']:.3f}"} if "reward" in record else {}
             if success is not None:
                 post["success"] = f"{success:.2f}"
             if "completions/mean_length" in record:
@@ -420,6 +426,7 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
         "success_start": mean(first, "success"),
         "success_end": mean(last, "success"),
         "reward_faults": len(faults),
+        "signal": diagnostics.signal_summary(metrics, diagnostics.format_reward_names(config)),
     }
 
 
@@ -438,6 +445,7 @@ def format_summary(summary: dict) -> str:
     ]
     if summary.get("reward_faults"):
         lines.append(f"  reward faults/alerts: {summary['reward_faults']} (see events.jsonl)")
+    lines += diagnostics.summary_lines(summary.get("signal"))
     lines.append(f"  run directory: {summary['run_dir']}")
     lines.append(f"  LoRA adapter:  {summary['adapter']}")
     return "\n".join(lines)

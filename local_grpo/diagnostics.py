@@ -1,0 +1,160 @@
+"""Signal diagnostics: is the run getting a learning signal, and does reward still mean success?
+
+Checks over the per-step metrics (metrics.jsonl records), used live (alerts in events.jsonl, once
+per kind; a no-signal streak once per streak) and at the end (`signal_summary`, printed by `train`):
+
+    zero-std groups   mean frac_reward_zero_std: groups where every completion got the same reward
+                      carry no GRPO gradient
+    no-signal streak  >= NO_SIGNAL_STREAK consecutive steps with frac_reward_zero_std == 1
+    length drift      mean completion length of the last WINDOW steps vs the first, outside
+                      [1/LENGTH_DRIFT, LENGTH_DRIFT]
+    reward w/o success  reward up by >= REWARD_RISE while success moved < SUCCESS_FLAT (hacking sign)
+    format w/o correctness  a format reward's mean >= FORMAT_SATURATED over the last WINDOW steps
+                      while success there is 0
+
+This module reads metrics and writes events; it does not change training.
+"""
+
+from __future__ import annotations
+
+NO_SIGNAL_STREAK = 3
+WINDOW = 5
+LENGTH_DRIFT = 1.5
+REWARD_RISE = 0.1
+SUCCESS_FLAT = 0.02
+FORMAT_SATURATED = 0.9
+
+
+def _values(rows, key):
+    return [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+
+
+def _mean(values):
+    return sum(values) / len(values) if values else None
+
+
+def _window(rows):
+    """First and last window of steps (each at most WINDOW and a quarter of the run, at least 1)."""
+    w = max(1, min(WINDOW, len(rows) // 4))
+    return rows[:w], rows[-w:]
+
+
+def no_signal_streaks(rows) -> list[tuple[int, int]]:
+    """(first_step, length) of each run of consecutive steps with frac_reward_zero_std == 1."""
+    streaks, start, length = [], None, 0
+    for r in rows:
+        if r.get("frac_reward_zero_std") == 1:
+            start, length = (r["step"] if length == 0 else start), length + 1
+        else:
+            if length:
+                streaks.append((start, length))
+            length = 0
+    if length:
+        streaks.append((start, length))
+    return streaks
+
+
+def alerts(rows, format_rewards=()) -> list[dict]:
+    """Every alert the metrics so far support: [{"kind", "message", "step"}]."""
+    out = []
+    for start, length in no_signal_streaks(rows):
+        if length >= NO_SIGNAL_STREAK:
+            out.append({"kind": "no_signal_streak", "step": start + NO_SIGNAL_STREAK - 1,
+                        "message": f"no learning signal: every group had zero reward std for {length} steps "
+                                   f"from step {start} (all right or all wrong; make tasks easier/harder or raise num_generations)"})
+    if len(rows) < 2 * WINDOW:
+        return out
+    first, last = _window(rows)
+    step = rows[-1]["step"]
+    a, b = _mean(_values(first, "completions/mean_length")), _mean(_values(last, "completions/mean_length"))
+    if a and b and not 1 / LENGTH_DRIFT <= b / a <= LENGTH_DRIFT:
+        out.append({"kind": "length_drift", "step": step,
+                    "message": f"completion length drifted from {a:.0f} to {b:.0f} tokens (mean of first/last {len(last)} steps)"})
+    r0, r1 = _mean(_values(first, "reward")), _mean(_values(last, "reward"))
+    s0, s1 = _mean(_values(first, "success")), _mean(_values(last, "success"))
+    if None not in (r0, r1, s0, s1) and r1 - r0 >= REWARD_RISE and abs(s1 - s0) < SUCCESS_FLAT:
+        out.append({"kind": "reward_without_success", "step": step,
+                    "message": f"reward rose {r0:.3f} -> {r1:.3f} while success stayed at {s0:.3f} -> {s1:.3f}: "
+                               "a reward-hacking sign (check completions.jsonl)"})
+    for name in format_rewards:
+        f1 = _mean(_values(last, f"rewards/{name}/mean"))
+        if f1 is not None and s1 is not None and f1 >= FORMAT_SATURATED and s1 == 0:
+            out.append({"kind": "format_without_correctness", "step": step,
+                        "message": f"format reward {name} saturated ({f1:.2f}) while success is 0 over the last {len(last)} steps"})
+    return out
+
+
+def signal_summary(rows, format_rewards=()) -> dict:
+    """The end-of-run numbers: zero-std fraction, longest no-signal streak, length drift, alert kinds."""
+    rows = [r for r in rows if "reward" in r]
+    streaks = no_signal_streaks(rows)
+    first, last = _window(rows) if rows else ([], [])
+    zero_std = _mean(_values(rows, "frac_reward_zero_std"))
+    return {
+        "frac_zero_std": round(zero_std, 4) if zero_std is not None else None,
+        "longest_no_signal_streak": max((n for _, n in streaks), default=0),
+        "length_start": _round(_mean(_values(first, "completions/mean_length"))),
+        "length_end": _round(_mean(_values(last, "completions/mean_length"))),
+        "success_predicted_end": _round(_mean(_values(last, "success_predicted"))),
+        "alerts": sorted({a["kind"] for a in alerts(rows, format_rewards)}),
+    }
+
+
+def _round(value):
+    return round(value, 4) if value is not None else None
+
+
+def summary_lines(signal: dict | None) -> list[str]:
+    """Lines for train.format_summary."""
+    if not signal:
+        return []
+    lines = []
+    if signal.get("frac_zero_std") is not None:
+        lines.append(f"  zero-std groups: {signal['frac_zero_std']:.0%} of groups; longest no-signal streak "
+                     f"{signal['longest_no_signal_streak']} steps")
+    if signal.get("length_start") is not None:
+        lines.append(f"  completion length: {signal['length_start']:.0f} -> {signal['length_end']:.0f} tokens")
+    if signal.get("success_predicted_end") is not None:
+        lines.append(f"  success predicted (dynamics model, last steps): {signal['success_predicted_end']}")
+    if signal.get("alerts"):
+        lines.append(f"  signal alerts: {', '.join(signal['alerts'])} (see events.jsonl)")
+    return lines
+
+
+def format_reward_names(config) -> list[str]:
+    return [s.name for s in config.rewards if "format" in s.name]
+
+
+class DiagnosticsCallback:
+    """Emits new alerts to events.jsonl after each logged step (added after RunDirCallback, so the
+    step's metrics line is already written). A TrainerCallback by duck typing."""
+
+    def __getattr__(self, name):
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+    def __init__(self, run, config):
+        self.run = run
+        self.format_rewards = format_reward_names(config)
+        self.reported = set()  # (kind, step) for streaks, kind for the others
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if "reward" not in (logs or {}):
+            return
+        for alert in alerts([r for r in self.run.metrics() if "reward" in r], self.format_rewards):
+            key = (alert["kind"], alert["step"]) if alert["kind"] == "no_signal_streak" else alert["kind"]
+            if key in self.reported:
+                continue
+            self.reported.add(key)
+            self.run.event("alert", alert["message"], step=alert["step"], kind=alert["kind"])
+
+
+def attach(trainer, run, config) -> DiagnosticsCallback:
+    """Add the diagnostics callback; warn up front about settings that make a KL term inert."""
+    if config.kl_mode in ("mirror", "both") and config.grpo.num_iterations == 1:
+        run.event("warning", f"grpo.kl {config.kl_mode}: with num_iterations 1 the policy never moves away from "
+                  "the one that generated the batch, so the KL to it is zero; use num_iterations >= 2", step=0)
+    callback = DiagnosticsCallback(run, config)
+    trainer.add_callback(callback)
+    return callback
