@@ -13,6 +13,10 @@ the dynamics model assumes; see docs/dynamics.md.
 
 from __future__ import annotations
 
+import os
+
+from .errors import UserError
+
 RETIRE_AFTER = 2  # consecutive zero-std visits before a prompt is skipped
 
 
@@ -78,7 +82,10 @@ class ZeroStdFilter:
 
 
 def attach(trainer, run, recorder, train_rows: list[dict]) -> ZeroStdFilter:
-    """Install the filter on a trainer before `trainer.train()` builds its dataloader."""
+    """Install the filter on a trainer before `trainer.train()` builds its dataloader (one process only:
+    each rank sees only its own completions, so ranks would retire different prompts)."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        raise UserError("grpo.filter_zero_std: works in single-process runs only; turn it off for multi-process training")
     zero_std_filter = ZeroStdFilter(run, train_rows)
     recorder.on_scored.append(zero_std_filter)
     make_sampler = trainer._get_train_sampler

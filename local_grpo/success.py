@@ -101,6 +101,8 @@ def ensure_p_ref(run, config: Config, loaded, held_out: list[dict], success_fn) 
     existing = run.read_json(rundir.P_REF)
     if existing and existing.get("per_prompt"):
         return existing
+    if getattr(run, "readonly", False):  # ranks > 0 of a multi-process run: rank 0 measures and writes
+        return None
     g = config.grpo
     rows = held_out[: g.p_ref_prompts]
     if g.p_ref_samples <= 0 or not rows:
