@@ -27,6 +27,7 @@ INTEGER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.0+)?(?!\d|\.\d
 MARKER = re.compile(r"(?:answer\s*(?:is|:|=)|####)", re.IGNORECASE)
 NEGATION = re.compile(r"\b(?:not|no|wait|actually|instead|never)\b|n't\b|~~|<!--|<(?:del|s|strike)\b|\\x?cancel"
                       r"|display\s*:\s*none", re.IGNORECASE)
+RESULT = re.compile(r"=|\bequals\b|\bis\b", re.IGNORECASE)
 PROMPT_NUMBERS = re.compile(r"\[([\d,\s]+)\]")
 
 
@@ -57,13 +58,14 @@ def answer_span(text: str) -> str | None:
 
 
 def final_integer(text: str) -> int | None:
-    """The one integer the answer span states (after its last "=" if any); None when none, several, or hedged."""
+    """The one integer the answer span states (after its last "=", "equals" or "is" if a number follows); else None."""
     span = answer_span(text)
     if span is None:
         return None
     span = re.sub(r"\\boxed\{([^{}]*)\}", r"\1", span)
-    if "=" in span:
-        span = span.rsplit("=", 1)[1]  # "13 + 56 = 69": the equation's result is the stated answer
+    results = list(RESULT.finditer(span))
+    if results and INTEGER.search(span[results[-1].end():]):
+        span = span[results[-1].end():]  # "13 + 56 = 69", "73 + 46 equals 119": the result is the stated answer
     values = {int(float(m.group(0).replace(",", ""))) for m in INTEGER.finditer(span)}
     return values.pop() if len(values) == 1 else None
 
