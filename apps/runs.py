@@ -24,7 +24,7 @@ ALERT_TYPES = ("warning", "alert", "reward_fault")
 # Curve panels: title -> metric keys drawn in it ("rewards/*" expands to each reward's mean).
 PANELS = {
     "reward": ("reward", "rewards/*"),
-    "success": ("success", "success_predicted"),
+    "success": ("success", "success_predicted", "audit/disagreement"),
     "length": ("completions/mean_length",),
     "kl": ("kl",),
     "zero_std": ("frac_reward_zero_std",),
@@ -33,6 +33,7 @@ SERIES_NAMES = {
     "reward": "total reward",
     "success": "success",
     "success_predicted": "success (predicted)",
+    "audit/disagreement": "audit disagreement (reward says right, verifier says wrong)",
     "completions/mean_length": "mean length (tokens)",
     "kl": "KL",
     "frac_reward_zero_std": "fraction of zero-std groups",

@@ -108,6 +108,20 @@ def build_app(runs_root: str) -> gr.Blocks:
                                          chat=bool(chat))
         return designer.summary_markdown(result), designer.results_table(result), designer.histogram_frame(result)
 
+    def probe_rewards(code: str, samples_text: str):
+        """The hack battery (rewards.probe) on the edited functions, with the samples' prompts and gold answers."""
+        from rewards.probe import EXAMPLE_ROWS, format_table, probe_source
+
+        try:
+            names = designer.reward_functions(code)
+            samples = designer.parse_samples(samples_text) if (samples_text or "").strip() else []
+        except (designer.CodeProblem, UserError) as error:
+            return f"**Cannot probe:** {error}"
+        rows = {s["prompt"]: s["answer"] for s in samples if s.get("prompt") and s.get("answer") not in (None, "")}
+        rows = dict(list(rows.items())[:20]) or EXAMPLE_ROWS
+        report = probe_source(code, names, list(rows), list(rows.values()))
+        return "```\n" + format_table(report) + "\n```"
+
     @user_errors
     def save_rewards(code: str, file_name: str):
         path, specs = designer.save_reward_file(code, rewards_dir, file_name)
@@ -248,11 +262,13 @@ def build_app(runs_root: str) -> gr.Blocks:
                                                 label="time limit per reward (s)")
                             chat = gr.Checkbox(True, label="completions as chat messages (as in training)")
                         score_btn = gr.Button("Score", variant="primary", elem_id="score")
+                        probe_btn = gr.Button("Probe for reward hacks", elem_id="probe")
                 score_summary = gr.Markdown(elem_id="score-summary")
                 score_table = gr.Dataframe(label="Scores: completion × reward", wrap=True, max_height=420,
                                            elem_id="score-table")
                 histogram = gr.BarPlot(None, x="bin", y="count", color="reward", title="Score histogram",
                                        height=260, elem_id="histogram")
+                probe_report = gr.Markdown(elem_id="probe-report")
 
             with gr.Tab("Train", id="train"):
                 with gr.Row():
@@ -337,6 +353,7 @@ def build_app(runs_root: str) -> gr.Blocks:
                            api_name="generate_samples")
         score_btn.click(score, [code, samples, timeout, chat], [score_summary, score_table, histogram],
                         api_name="score_rewards")
+        probe_btn.click(probe_rewards, [code, samples], [probe_report], api_name="probe_rewards")
         save_btn.click(save_rewards, [code, file_name], [save_message, source], api_name="save_rewards")
 
         start_btn.click(start_training, [run_name, model, task, dataset, train_rewards, preset, max_steps, *extra_inputs],

@@ -219,3 +219,14 @@ def test_audit_verifiers_pass_the_probe_batteries():
     report = probe([as_reward(countdown_verdict)], COUNTDOWN_PROMPTS, [str(t) for t in COUNTDOWN_TARGETS],
                    {"nums": COUNTDOWN_NUMS, "target": COUNTDOWN_TARGETS})
     assert report["rewards"]["countdown_verdict"]["false_positive_rate"] == 0.0
+
+
+def test_studio_designer_probe_action_shows_the_table(tmp_path):
+    from apps.studio import build_app
+
+    app = build_app(str(tmp_path))
+    handler = next(f for f in app.fns.values() if f.api_name == "probe_rewards").fn
+    samples = json.dumps({"prompt": "What is 17 + 25?", "answer": "42", "completion": "Answer: 42"})
+    table = handler(SLOPPY, samples)
+    assert "contains_answer" in table and "HACK  empty_answer" in table and "1 prompts" in table
+    assert handler("def broken(:\n", samples).startswith("**Cannot probe:**")
