@@ -120,6 +120,7 @@ def _load_hf(config: Config) -> LoadedModel:
         target_modules=_present_modules(model, config.lora.target_modules),
         task_type="CAUSAL_LM",
     )
+    torch.manual_seed(config.grpo.seed)  # LoRA A's random init: the same seed gives the same run (and resume matches)
     model = get_peft_model(model, lora)
     if not on_cuda:
         from . import trl_cpu
