@@ -114,6 +114,9 @@ def plain_value(value):
 def handle_call_file(message):
     """("call_file", path, function, completions, kwargs) → ("ok", scores) | ("error", text)."""
     _, path, function_name, completions, kwargs = message
+    from rewards import sandbox  # a Python-level file guard, not a security boundary (see its docstring)
+
+    sandbox.install(extra_read=[os.path.dirname(os.path.abspath(path))])
     namespace = load_file_namespace(path)
     function = namespace.get(function_name)
     if not callable(function):

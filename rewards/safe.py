@@ -122,9 +122,12 @@ class SafeReward:
                                                 f"{self._failed_streak} calls in a row (last: {last})"})
 
     def drain_events(self) -> list[dict]:
-        """Return and clear the pending events."""
+        """Return and clear the pending events (plus those of the compute function, e.g. a user file's reloads)."""
         with self._lock:
             events, self._events = self._events, []
+            compute_events = getattr(self._compute, "drain_events", None)
+            if callable(compute_events):
+                events = compute_events() + events
         return events
 
 

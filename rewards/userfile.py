@@ -129,6 +129,7 @@ class UserFileRunner:
         self.child = ChildProcess(memory_mb, f"reward {function}")
         self._mtime = None
         self._syntax_error: str | None = None
+        self._events: list[dict] = []
 
     def source(self) -> str:
         """The function's current source text."""
@@ -139,12 +140,22 @@ class UserFileRunner:
         mtime = os.stat(self.path).st_mtime_ns
         if mtime == self._mtime:
             return
+        reloaded = self._mtime is not None
         self._mtime = mtime
         try:
             parse_file(self.path)
             self._syntax_error = None
         except FileSyntaxError as error:
             self._syntax_error = str(error)
+        if reloaded:  # an edit while running: say so in events.jsonl (SafeReward.drain_events collects it)
+            state = f"syntax error at {self._syntax_error}" if self._syntax_error else "reloaded"
+            self._events.append({"type": "info", "kind": "reward_reloaded", "reward": self.function,
+                                 "message": f"reward file {self.path} changed: {state}"})
+
+    def drain_events(self) -> list[dict]:
+        """Events since the last call (a `reward_reloaded` info event per detected edit of the file)."""
+        events, self._events = self._events, []
+        return events
 
     def __call__(self, completions, **kwargs) -> list:
         """Run the function in the child (time-limited); faults are noted, never raised past SafeReward."""

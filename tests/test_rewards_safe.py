@@ -138,8 +138,9 @@ def test_file_edited_to_a_syntax_error_and_back(user_file):
     assert reward(["a"]) == [None]
     assert reward(["a"]) == [None]
     events = reward.drain_events()
-    assert [e["kind"] for e in events] == ["syntax_error", "syntax_error"]
-    assert f"{user_file}:4" in events[0]["message"]
+    assert [e["kind"] for e in events] == ["reward_reloaded", "syntax_error", "syntax_error"]
+    assert events[0]["type"] == "info" and "syntax error" in events[0]["message"]
+    assert f"{user_file}:4" in events[1]["message"]
     write_with_new_mtime(user_file, USER_FILE.replace("1.0 / (1 + len(str(c)))", "2.0"))
     assert reward(["a"]) == [2.0]
     assert "2.0" in reward.source
