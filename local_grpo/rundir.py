@@ -62,8 +62,10 @@ def _json_default(value: Any):
 class RunDir:
     """A run directory on disk. Create it with `create` (new run) or `open` (resume / read)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, readonly: bool = False):
         self.path = os.path.abspath(path)
+        # readonly: every write is a no-op (the ranks other than 0 of a multi-process run)
+        self.readonly = readonly
 
     # --- creation --------------------------------------------------------------------------
     @classmethod
@@ -123,6 +125,8 @@ class RunDir:
     # --- writing ---------------------------------------------------------------------------
     def append(self, name: str, record: dict) -> None:
         """Append one JSON object as one whole line (write + flush)."""
+        if self.readonly:
+            return
         line = json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
         with open(self.file(name), "a", encoding="utf-8") as fh:
             fh.write(line)
@@ -136,6 +140,8 @@ class RunDir:
 
     def write_json(self, name: str, obj: Any) -> None:
         """Write a whole JSON file atomically (temp file + rename)."""
+        if self.readonly:
+            return
         tmp = self.file(name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(obj, fh, indent=1, ensure_ascii=False, default=_json_default)
@@ -155,7 +161,7 @@ class RunDir:
         otherwise appear twice.
         """
         path = self.file(name)
-        if not os.path.exists(path):
+        if self.readonly or not os.path.exists(path):
             return 0
         with open(path, "rb") as fh:
             total = sum(1 for _ in fh)

@@ -58,10 +58,14 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
               step=callback.start_step(checkpoint))
     started = time.time()
     trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.model.save_pretrained(run.adapter_dir)
-    loaded.tokenizer.save_pretrained(run.adapter_dir)
+    if is_main_process():  # multi-process: rank 0 alone writes the run directory
+        trainer.model.save_pretrained(run.adapter_dir)
+        loaded.tokenizer.save_pretrained(run.adapter_dir)
     summary = summarize(run, config, loaded, time.time() - started)
     run.write_json(rundir.SUMMARY, summary)
+    if world_size() > 1:
+        print(f"local-grpo: rank {process_rank()} of {world_size()} trained to step {trainer.state.global_step}",
+              file=sys.stderr, flush=True)
     return summary
 
 
@@ -89,6 +93,17 @@ def prepare_run(config: Config, resume: bool, overwrite: bool):
     """
     config = validate(fill_defaults(config))
     check_rewards(config)
+    check_scale_out(config)
+    if not is_main_process():  # ranks > 0 of a multi-process run read RUN_DIR but never write it
+        run = RunDir(config.output_dir, readonly=True)
+        checkpoint = None
+        if resume:
+            from .config import load as load_config
+
+            saved = load_config(RunDir.open(config.output_dir).file(rundir.CONFIG))
+            saved.grpo.max_steps = max(saved.grpo.max_steps, config.grpo.max_steps)
+            config, checkpoint = saved, run.last_checkpoint()
+        return run, config, checkpoint, data.load_examples(config)
     if resume:
         run = RunDir.open(config.output_dir)
         from .config import load as load_config
@@ -111,6 +126,36 @@ def prepare_run(config: Config, resume: bool, overwrite: bool):
 
         yaml.safe_dump(to_dict(config), fh, sort_keys=False, allow_unicode=True)
     return run, config, checkpoint, examples
+
+
+def process_rank() -> int:
+    """This process's rank in a multi-process (accelerate launch / torchrun) run; 0 when alone."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def is_main_process() -> bool:
+    return process_rank() == 0
+
+
+def check_scale_out(config: Config) -> None:
+    """Which backend supports what: Unsloth is the single-GPU path; several processes need the hf backend.
+
+    `auto` resolves to hf when several processes train; vLLM server mode generates through TRL (hf backend).
+    """
+    if world_size() > 1:
+        if config.backend == "unsloth":
+            raise UserError(f"backend: unsloth trains in one process on one GPU; this is a {world_size()}-process "
+                            "launch (accelerate/torchrun), which needs --backend hf (see docs/scaling.md)")
+        config.backend = "hf"
+    if config.grpo.use_vllm and config.grpo.vllm_mode == "server" and config.backend == "auto":
+        config.backend = "hf"
+    if config.grpo.use_vllm and config.grpo.vllm_mode == "server" and config.backend == "unsloth":
+        raise UserError("grpo.vllm_mode: server mode (a separate `trl vllm-serve`) needs --backend hf; "
+                        "Unsloth generates with its own in-process vLLM (vllm_mode colocate)")
 
 
 def check_rewards(config: Config) -> None:
@@ -174,6 +219,9 @@ def grpo_args(config: Config, run: RunDir, loaded: backends.LoadedModel):
     )
     if g.use_vllm:
         kwargs["vllm_mode"] = g.vllm_mode
+        if g.vllm_mode == "server":  # a `trl vllm-serve` started separately (docs/scaling.md)
+            kwargs["vllm_server_host"] = g.vllm_server_host
+            kwargs["vllm_server_port"] = g.vllm_server_port
     return GRPOConfig(**kwargs)
 
 
