@@ -126,8 +126,9 @@ def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
     def correct_math_reward(completions, **kwargs):
         golds = column(kwargs, "answer", len(completions))
         prompts = prompt_texts(kwargs.get("prompts"), len(completions))
-        regions = [None if region is None or echoes_prompt(region, prompt) or several_for_one(region, gold) else region
-                   for region, prompt, gold in zip((answer_region(t) for t in completion_texts(completions)), prompts, golds)]
+        texts = completion_texts(completions)
+        regions = [None if region is None or echoes_prompt(region, prompt) or several_for_one(region, gold, text) else region
+                   for region, prompt, gold, text in zip((answer_region(t) for t in texts), prompts, golds, texts)]
         pairs = [(gold_text(g), plain_markdown(r)) for g, r in zip(golds, regions) if r is not None]
         outcomes = iter(judge_pairs(pairs, float(timeout_s)))
         scores = []
@@ -152,9 +153,9 @@ def plain_markdown(region: str) -> str:
     return re.sub(r"(\banswer\s*:)(?=\S)", r"\1 ", region, flags=re.IGNORECASE)
 
 
-def several_for_one(region: str, gold) -> bool:
+def several_for_one(region: str, gold, text: str) -> bool:
     """True when the gold is one number but the stated answer offers several ("42 or 43")."""
-    return gold_number(gold) is not None and offers_several_numbers(region)
+    return gold_number(gold) is not None and offers_several_numbers(region, tagged="<answer>" in text)
 
 
 GSM8K_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")

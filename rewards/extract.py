@@ -22,7 +22,8 @@ OPERAND_BEFORE = re.compile(r"\d\s*[-+*/×÷x^]\s*$")
 HEDGE = re.compile(r"\b(?:not|never|wait|actually|instead|correction|oops|sorry|no)\b|n't\b|~~|<(?:del|s|strike)\b"
                    r"|<!--|\\(?:x?cancel|sout)\b|display\s*:\s*none", re.IGNORECASE)
 # Several candidate numbers offered as the answer: "42 or 43", "41, 42".
-SEVERAL_NUMBERS = re.compile(r"\d\s*(?:,|;|\bor\b|\band\b)\s+[-−–]?\\?\$?\s?\d", re.IGNORECASE)
+SEVERAL_NUMBERS = re.compile(r"\d\s*(?:,|;|\bor\b)\s+[-−–]?\\?\$?\s?\d", re.IGNORECASE)
+SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
 
 
 def completion_text(completion) -> str:
@@ -90,12 +91,17 @@ def answer_region(text: str, answer_tag: str = "answer", think_tag: str = "think
 
 
 def final_span(region: str) -> str:
-    """Where a plain completion states its answer: from the last answer marker to the end, else the last line."""
+    """Where a plain completion states its answer: from the last answer marker to the end, else the sentence of the last number."""
     matches = list(ANSWER_MARKER.finditer(region))
     if matches:
         return region[matches[-1].start():]
-    lines = [line for line in region.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    numbers = list(NUMBER.finditer(region))
+    if not numbers:
+        return ""
+    last = numbers[-1]
+    starts = [m.end() for m in SENTENCE_END.finditer(region, 0, last.start())]
+    end = SENTENCE_END.search(region, last.end())
+    return region[starts[-1] if starts else 0: end.end() if end else len(region)]
 
 
 def hedged(span: str) -> bool:
@@ -109,9 +115,12 @@ def dangling_marker(region: str) -> bool:
     return bool(matches) and not region[matches[-1].end():].strip(" \t\n:.*$")
 
 
-def offers_several_numbers(region: str) -> bool:
-    """True when the stated answer lists several numbers ("42 or 43", "41, 42"): not one final answer."""
-    return bool(SEVERAL_NUMBERS.search(final_span(region)))
+def offers_several_numbers(region: str, tagged: bool = False) -> bool:
+    """True when the stated answer (after the last marker, or the whole answer block) offers several numbers ("42 or 43", "41, 42")."""
+    matches = list(ANSWER_MARKER.finditer(region))
+    if matches:
+        return bool(SEVERAL_NUMBERS.search(region[matches[-1].start():]))
+    return tagged and bool(SEVERAL_NUMBERS.search(region))
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -242,7 +251,7 @@ def prompt_number_set(prompt_text: str) -> frozenset[float]:
 def predicted_number(completion_text_: str, prompt_text: str = "", answer_tag: str = "answer") -> float | None:
     """The completion's final numeric answer, or None (no answer, empty/several answer blocks, echoed prompt)."""
     region = answer_region(completion_text_, answer_tag)
-    if region is None or offers_several_numbers(region):
+    if region is None or offers_several_numbers(region, tagged=f"<{answer_tag}>" in completion_text_):
         return None
     answer, source = final_answer(region)
     if answer is None:

@@ -230,3 +230,13 @@ def test_studio_designer_probe_action_shows_the_table(tmp_path):
     table = handler(SLOPPY, samples)
     assert "contains_answer" in table and "HACK  empty_answer" in table and "1 prompts" in table
     assert handler("def broken(:\n", samples).startswith("**Cannot probe:**")
+
+
+@pytest.mark.parametrize("name", ["correct_numeric", "correct_math"])
+def test_real_cpu_run_completions_keep_their_verdicts(name):
+    # from the soundness runs: a plain answer after "75 and 50" is right; "42 + 70 ... do not" never states 112.
+    completions = ["To find the sum of 75 and 50, simply add them together: 75 + 50 = 125.",
+                   "To calculate 42 + 70, we first add the numbers in the base-10ed expression - they do not leave a "
+                   "remainder. Instead, we convert the expression.\n\nIf we had been able to set up the n"]
+    scores = rewards.get(name)(completions, answer=["125", "112"], prompts=["What is 75 + 50?", "What is 42 + 70?"])
+    assert scores == [1.0, 0.0]
