@@ -7,6 +7,7 @@ import heavy libraries (torch, trl) only when they run, so `--help` and errors a
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import os
@@ -15,6 +16,8 @@ import sys
 from . import config as config_mod
 from . import models
 from .errors import UserError
+
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # reported as one line by main()
 
 # Feature modules that add their own sub-command with `register_cli(subparsers)`.
 COMMAND_MODULES = (
@@ -119,6 +122,8 @@ def run_train(args) -> int:
     models.check_name(config.model.name, config.model.gguf_file)
     _preflight(config, args.force)
     summary = train.train(config, resume=args.resume, overwrite=args.overwrite, progress=not args.json)
+    if not train.is_main_process():
+        return 0  # several processes (accelerate launch): rank 0 prints the summary
     if args.json:
         print(json.dumps(summary))
     else:
@@ -207,6 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("local-grpo: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # disk full, file-size limit, read-only or vanished output: one line, not a traceback
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        where = exc.filename or "an output file"
+        hint = " (lines already written are kept; free space, then `local-grpo train --resume --output RUN_DIR`)" \
+            if args.command == "train" else ""
+        print(f"local-grpo: error: cannot write {where}: {exc.strerror or exc}{hint}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a RewardSpecError from the reward library is user input too
         if type(exc).__name__ == "RewardSpecError":
             print(f"local-grpo: error: {exc}", file=sys.stderr)

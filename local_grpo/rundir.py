@@ -52,6 +52,19 @@ def iter_jsonl(path: str) -> Iterator[dict]:
                 yield obj
 
 
+def _ends_torn(path: str) -> bool:
+    """True when a non-empty file does not end with a newline (its writer died mid-line)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except OSError:
+        return False
+
+
 def _json_default(value: Any):
     try:  # numpy / torch scalars
         return value.item()
@@ -66,6 +79,7 @@ class RunDir:
         self.path = os.path.abspath(path)
         # readonly: every write is a no-op (the ranks other than 0 of a multi-process run)
         self.readonly = readonly
+        self._checked_ends: set[str] = set()
 
     # --- creation --------------------------------------------------------------------------
     @classmethod
@@ -128,9 +142,16 @@ class RunDir:
         if self.readonly:
             return
         line = json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
-        with open(self.file(name), "a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
+        if name not in self._checked_ends:  # a torn last line (killed writer): end it so this line stays whole
+            self._checked_ends.add(name)
+            if _ends_torn(self.file(name)):
+                line = "\n" + line
+        try:
+            with open(self.file(name), "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+        except OSError as exc:  # e.g. disk full: name the file (a write error carries no filename)
+            raise OSError(exc.errno, exc.strerror, exc.filename or self.file(name)) from None
 
     def event(self, type: str, message: str, **fields) -> dict:
         """Record a warning, alert or fault in events.jsonl and return it."""

@@ -57,7 +57,10 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
               f"model={loaded.model_path} train={len(train_rows)} held_out={len(held_out)}",
               step=callback.start_step(checkpoint))
     started = time.time()
-    trainer.train(resume_from_checkpoint=checkpoint)
+    try:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    finally:  # e.g. disk full: end the progress bar so the error prints on a line of its own
+        callback.on_train_end(None, None, None)
     if is_main_process():  # multi-process: rank 0 alone writes the run directory
         trainer.model.save_pretrained(run.adapter_dir)
         loaded.tokenizer.save_pretrained(run.adapter_dir)
