@@ -40,7 +40,7 @@ def visible_text(text: str) -> str:
 
 
 def answer_span(text: str) -> str | None:
-    """Where the final answer is: the single <answer> block, else the line after the last marker, else the last line.
+    """Where the final answer is: the single <answer> block, else the line after the last marker, else the last sentence with a number.
 
     None when there is no such span, or when it (or anything after the marker) hedges: "not", "No wait", hidden markup.
     """
@@ -54,7 +54,11 @@ def answer_span(text: str) -> str | None:
         rest = text[markers[-1].start():]
         return None if NEGATION.search(rest) else text[markers[-1].end():].split("\n", 1)[0]
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines and not NEGATION.search(lines[-1]) else None
+    if not lines:
+        return None
+    sentences = [part for part in re.split(r"(?<=[.!?])\s+", lines[-1]) if re.search(r"\d", part)]
+    last = sentences[-1] if sentences else lines[-1]
+    return None if NEGATION.search(last) else last
 
 
 def final_integer(text: str) -> int | None:

@@ -149,6 +149,7 @@ def test_audit_arithmetic_verifier_reads_an_equation_result():
     assert arithmetic_verdict({**row, "completion": "128 is 78 + 30 = 69."})
     assert arithmetic_verdict({**row, "completion": "13 + 56 equals 69."})
     assert not arithmetic_verdict({**row, "completion": "The answer to this is: 41. Adding 13 and 56 gives 69."})
+    assert arithmetic_verdict({**row, "completion": "It's no trick. 13 + 56 is equal to 69,"})
     assert not arithmetic_verdict({**row, "completion": "13 + 56 ="})
     assert not arithmetic_verdict({**row, "completion": "13 + 56 = 69 or 70"})
 
