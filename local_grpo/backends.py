@@ -137,20 +137,24 @@ def _load_unsloth(config: Config) -> LoadedModel:
         if name in sys.modules:
             print(f"warning: {name} was imported before unsloth; Unsloth's patches may be incomplete", file=sys.stderr)
     os.environ.setdefault("UNSLOTH_DISABLE_STATISTICS", "1")
-    import unsloth  # noqa: F401  (patches transformers, peft and trl)
+    import contextlib
+
+    with contextlib.redirect_stdout(sys.stderr):  # Unsloth prints banners; stdout is for --json
+        import unsloth  # noqa: F401  (patches transformers, peft and trl)
     from unsloth import FastLanguageModel
 
     path = models.resolve(config.model.name, config.model.gguf_file)
     on_cuda = cuda_available()
     fast_inference = bool(config.grpo.use_vllm and on_cuda and importlib.util.find_spec("vllm"))
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=path,
-        max_seq_length=config.model.max_seq_length,
-        load_in_4bit=config.model.load_in_4bit,
-        dtype=None if config.model.dtype == "auto" else compute_dtype(config, on_cuda),
-        fast_inference=fast_inference,
-        max_lora_rank=config.lora.r,
-    )
+    with contextlib.redirect_stdout(sys.stderr):
+        model, tokenizer = FastLanguageModel.from_pretrained(
+            model_name=path,
+            max_seq_length=config.model.max_seq_length,
+            load_in_4bit=config.model.load_in_4bit,
+            dtype=None if config.model.dtype == "auto" else compute_dtype(config, on_cuda),
+            fast_inference=fast_inference,
+            max_lora_rank=config.lora.r,
+        )
     model = FastLanguageModel.get_peft_model(
         model,
         r=config.lora.r,

@@ -183,10 +183,10 @@ def test_exception_and_timeout_are_faults_within_the_limit():
 
 
 def test_user_code_runs_in_a_child_process(tmp_path):
-    marker = tmp_path / "pid.txt"
-    code = f"import os\n\ndef who(completions, **kw):\n    open({str(marker)!r}, 'w').write(str(os.getpid()))\n    return [0.0] * len(completions)\n"
-    designer.score_code(code, SAMPLES[:1])
-    assert int(marker.read_text()) != os.getpid()
+    # the score is the pid (the reward sandbox keeps user code from writing a marker file outside its temp dir)
+    code = "import os\n\ndef who(completions, **kw):\n    return [float(os.getpid())] * len(completions)\n"
+    pid = designer.score_code(code, SAMPLES[:1]).scores["who"][0]
+    assert pid is not None and int(pid) != os.getpid()
 
 
 def test_chat_completions_as_in_training():

@@ -53,22 +53,4 @@ def test_embedded_smollm2_trains_through_the_cli(tmp_path):
     assert "name: embedded" in config
 
 
-@pytest.mark.parametrize(
-    "args, expected",
-    [
-        (["--num-generations", "1"], "grpo.num_generations"),
-        (["--loss-type", "grpoo"], "grpo.loss_type"),
-        (["--config", "missing.yaml"], "--config: file not found"),
-        (["--model", "./no/such/folder"], "model: no such folder"),
-        (["--rewards", "nope"], "rewards[0]"),
-        (["--dataset", "missing.jsonl"], "file not found"),
-        (["--max-steps", "ten"], "--max-steps"),
-        (["--preset", "3gb"], "preset"),
-    ],
-)
-def test_bad_train_input_is_one_line_and_exit_2(tmp_path, args, expected):
-    result = run_cli(["train", *args, "--output", str(tmp_path / "run")], cwd=tmp_path, timeout=120)
-    assert result.returncode == 2, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and expected in lines[0], result.stderr
-    assert not (tmp_path / "run").exists()
+# Bad train input (one stderr line, exit 2, nothing written): the table in tests/reliability/test_bad_input.py.
