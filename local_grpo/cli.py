@@ -7,6 +7,7 @@ import heavy libraries (torch, trl) only when they run, so `--help` and errors a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import json
@@ -129,6 +130,23 @@ def run_train(args) -> int:
     else:
         print(train.format_summary(summary))
     return 0
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool = True):
+    """Send everything written to stdout (Python and C level) to stderr, so --json stays clean."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _preflight(config, force: bool) -> None:
