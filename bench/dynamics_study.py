@@ -117,6 +117,8 @@ def main(argv=None) -> int:
         if "final_heldout" not in r and "final_heldout" in previous.get(r["run_dir"], {}):
             r["final_heldout"] = previous[r["run_dir"]]["final_heldout"]
         results.append(r)
+    kept = [r for key, r in previous.items() if key not in {r["run_dir"] for r in results}]  # runs not re-read
+    results = sorted(kept + results, key=lambda r: r["beta"])
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as fh:
         json.dump({"runs": results}, fh, indent=1)
