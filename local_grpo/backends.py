@@ -82,6 +82,8 @@ def prepare_tokenizer(tokenizer) -> Any:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    # BPE tokenizers: the WordPiece-era clean-up would strip spaces before punctuation (and warns).
+    tokenizer.clean_up_tokenization_spaces = False
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = SIMPLE_CHAT_TEMPLATE
     return tokenizer
