@@ -137,7 +137,10 @@ class DiagnosticsCallback:
     def __init__(self, run, config):
         self.run = run
         self.format_rewards = format_reward_names(config)
-        self.reported = set()  # (kind, step) for streaks, kind for the others
+        self.reported = set()  # (kind, step) for streaks, kind for the others; alerts already written (resume) count
+        for event in run.events():
+            if event.get("type") == "alert" and event.get("kind"):
+                self.reported.add((event["kind"], event.get("step")) if event["kind"] == "no_signal_streak" else event["kind"])
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if "reward" not in (logs or {}):

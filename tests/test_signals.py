@@ -76,6 +76,16 @@ def test_no_signal_streak_alert():
     assert diagnostics.signal_summary(rows)["longest_no_signal_streak"] == 5
 
 
+def test_alerts_are_written_once_and_not_again_on_resume(tmp_path):
+    run = RunDir.create(str(tmp_path / "run"))
+    for row in _rows(4, reward=0.0, frac_reward_zero_std=1.0):
+        run.append("metrics.jsonl", row)
+    diagnostics.DiagnosticsCallback(run, Config()).on_log(None, None, None, logs={"reward": 0.0})
+    diagnostics.DiagnosticsCallback(run, Config()).on_log(None, None, None, logs={"reward": 0.0})  # resumed
+    alerts = [e for e in run.events() if e["type"] == "alert"]
+    assert [(a["kind"], a["step"]) for a in alerts] == [("no_signal_streak", 3)]
+
+
 def test_length_drift_reward_hacking_and_format_saturation():
     rows = _rows(20, reward=lambda s: s / 20, success=0.0, frac_reward_zero_std=0.0,
                  completions__mean_length=lambda s: 20 + 5 * s, rewards__format_soft__mean=0.95)
