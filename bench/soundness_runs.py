@@ -97,7 +97,10 @@ def plot(results: dict, path: str) -> None:
         steps = [s["step"] for s in result["series"]]
         axis.plot(steps, [s["correctness_reward"] for s in result["series"]], label=f"reward ({REWARD_OF[name]})")
         axis.plot(steps, [s["success"] for s in result["series"]], label="success (correct_numeric)")
-        axis.plot(steps, [s["audit/disagreement"] for s in result["series"]], "x", label="audit/disagreement")
+        recheck = result["reaudit"]["per_step"]
+        audited = [step for step in steps if recheck.get(step, {}).get("audited")]
+        axis.plot(audited, [recheck[step]["disagreed"] / recheck[step]["audited"] for step in audited], "x",
+                  label="audit disagreement (re-audited)")
         axis.set_title(f"{name} reward")
         axis.set_xlabel("step")
         axis.set_ylim(-0.05, 1.05)
