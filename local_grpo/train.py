@@ -360,7 +360,6 @@ class RunDirCallback:
         self.metric_hooks = []  # callables(step) -> dict of extra metrics (audit, predictor, ...)
         self._control_mtime = None
         self._started = time.time()
-        self.metric_hooks = []  # callables() -> {metric: value} merged into each metrics line (e.g. audit)
 
     def attach(self, trainer) -> None:
         """Add this callback to the trainer, replacing transformers' own log printers."""
