@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass, field
 
 from . import backends, data, diagnostics, filtering, kl_variants, rundir, success
-from .config import Config, to_dict, validate
+from .config import Config, validate
+from .config import save as save_config
 from .errors import UserError
 from .rundir import RunDir
 from .tasks import get_task
@@ -97,23 +98,13 @@ def prepare_run(config: Config, resume: bool, overwrite: bool):
     config = validate(fill_defaults(config))
     check_rewards(config)
     check_scale_out(config)
+    if resume:
+        config = saved_config(config)
     if not is_main_process():  # ranks > 0 of a multi-process run read RUN_DIR but never write it
         run = RunDir(config.output_dir, readonly=True)
-        checkpoint = None
-        if resume:
-            from .config import load as load_config
-
-            saved = load_config(RunDir.open(config.output_dir).file(rundir.CONFIG))
-            saved.grpo.max_steps = max(saved.grpo.max_steps, config.grpo.max_steps)
-            config, checkpoint = saved, run.last_checkpoint()
-        return run, config, checkpoint, data.load_examples(config)
+        return run, config, run.last_checkpoint() if resume else None, data.load_examples(config)
     if resume:
         run = RunDir.open(config.output_dir)
-        from .config import load as load_config
-
-        saved = load_config(run.file(rundir.CONFIG))
-        saved.grpo.max_steps = max(saved.grpo.max_steps, config.grpo.max_steps)
-        config = saved
         checkpoint = run.last_checkpoint()
         step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else 0
         for name in (rundir.METRICS, rundir.COMPLETIONS):
@@ -124,11 +115,18 @@ def prepare_run(config: Config, resume: bool, overwrite: bool):
         examples = data.load_examples(config)
         run = RunDir.create(config.output_dir, overwrite=overwrite)
         checkpoint = None
-    with open(run.file(rundir.CONFIG), "w", encoding="utf-8") as fh:
-        import yaml
-
-        yaml.safe_dump(to_dict(config), fh, sort_keys=False, allow_unicode=True)
+    save_config(config, run.file(rundir.CONFIG))
     return run, config, checkpoint, examples
+
+
+def saved_config(config: Config) -> Config:
+    """The config a run was started with (its config.yaml); a larger --max-steps extends it."""
+    from .config import load as load_config
+
+    saved = load_config(RunDir.open(config.output_dir).file(rundir.CONFIG))
+    saved.grpo.max_steps = max(saved.grpo.max_steps, config.grpo.max_steps)
+    saved.output_dir = config.output_dir  # the path as given now (the saved one may be relative)
+    return saved
 
 
 def process_rank() -> int:
