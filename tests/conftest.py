@@ -25,25 +25,36 @@ def tiny_model_dir(tmp_path_factory) -> str:
     return build_tiny_model(str(tmp_path_factory.mktemp("tiny-model")))
 
 
-@pytest.fixture
-def tiny_config(tiny_model_dir, tmp_path):
-    """A Config that trains the tiny model for 2 fast steps on arithmetic, HF backend, CPU."""
+def make_tiny_config(model_dir: str, output_dir: str, steps: int = 2, save_steps: int = 1,
+                     max_completion_length: int = 12):
+    """A Config that trains the tiny model for a few fast steps on arithmetic, HF backend, CPU."""
     from local_grpo.config import Config
 
     config = Config()
-    config.model.name = tiny_model_dir
+    config.model.name = model_dir
     config.model.max_seq_length = 128
     config.backend = "hf"
-    config.lora.r = 4
-    config.lora.alpha = 8
-    config.data.num_train = 16
-    config.data.num_heldout = 4
+    config.lora.r, config.lora.alpha = 4, 8
+    config.data.num_train, config.data.num_heldout = 16, 4
     g = config.grpo
-    g.num_generations = 4
-    g.per_device_train_batch_size = 8
-    g.max_completion_length = 12
-    g.max_steps = 2
-    g.save_steps = 1
-    g.learning_rate = 1e-2
-    config.output_dir = str(tmp_path / "run")
+    g.num_generations, g.per_device_train_batch_size, g.max_completion_length = 4, 8, max_completion_length
+    g.max_steps, g.save_steps, g.learning_rate = steps, save_steps, 1e-2
+    config.output_dir = output_dir
     return config
+
+
+@pytest.fixture
+def tiny_config(tiny_model_dir, tmp_path):
+    """A Config that trains the tiny model for 2 fast steps into tmp_path/run."""
+    return make_tiny_config(tiny_model_dir, str(tmp_path / "run"))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """The tiny model runs ~10x faster on one thread on a busy 2-core machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

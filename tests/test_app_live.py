@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from conftest import make_tiny_config
 from local_grpo.config import Config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,18 +29,8 @@ LOOPING_AND_RAISING = (
 
 
 def tiny_run_config(model_dir: str, output_dir: str, steps: int = 3) -> Config:
-    """The tiny model on arithmetic, a few fast CPU steps (as tests/conftest.py's tiny_config)."""
-    config = Config()
-    config.model.name = model_dir
-    config.model.max_seq_length = 128
-    config.backend = "hf"
-    config.lora.r, config.lora.alpha = 4, 8
-    config.data.num_train, config.data.num_heldout = 16, 4
-    g = config.grpo
-    g.num_generations, g.per_device_train_batch_size, g.max_completion_length = 4, 8, 12
-    g.max_steps, g.save_steps, g.learning_rate = steps, 10, 1e-2
-    config.output_dir = output_dir
-    return config
+    """The tiny model on arithmetic, a few fast CPU steps."""
+    return make_tiny_config(model_dir, output_dir, steps=steps, save_steps=10)
 
 
 def free_port() -> int:

@@ -8,36 +8,20 @@ import math
 import pytest
 
 from local_grpo import evaluate
+from conftest import make_tiny_config
 from local_grpo.errors import UserError
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The tiny model runs ~10x faster on one thread on a busy 2-core machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny_model_dir, tmp_path_factory) -> str:
     """A finished 2-step run of the tiny model (adapter + config.yaml + metrics)."""
     from local_grpo import train
-    from local_grpo.config import Config
 
-    config = Config()
-    config.model.name = tiny_model_dir
-    config.model.max_seq_length = 128
-    config.backend = "hf"
-    config.lora.r, config.lora.alpha = 4, 8
-    config.data.num_train, config.data.num_heldout = 16, 4
-    g = config.grpo
-    g.num_generations, g.per_device_train_batch_size, g.max_completion_length = 4, 8, 8
-    g.max_steps, g.save_steps, g.learning_rate = 2, 2, 1e-2
-    config.output_dir = str(tmp_path_factory.mktemp("eval") / "run")
+    config = make_tiny_config(tiny_model_dir, str(tmp_path_factory.mktemp("eval") / "run"), save_steps=2,
+                              max_completion_length=8)
     train.train(config, progress=False)
     return config.output_dir
 

@@ -8,36 +8,21 @@ import os
 import pytest
 
 from local_grpo import export
+from conftest import make_tiny_config
 from local_grpo.errors import UserError
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny_model_dir, tmp_path_factory) -> str:
     """A finished 2-step run of the tiny model, with an eval_compare.json for the model card."""
     from local_grpo import train
-    from local_grpo.config import Config
     from local_grpo.rundir import RunDir
 
-    config = Config()
-    config.model.name = tiny_model_dir
-    config.model.max_seq_length = 128
-    config.backend = "hf"
-    config.lora.r, config.lora.alpha = 4, 8
-    config.data.num_train, config.data.num_heldout = 16, 4
-    g = config.grpo
-    g.num_generations, g.per_device_train_batch_size, g.max_completion_length = 4, 8, 8
-    g.max_steps, g.save_steps, g.learning_rate = 2, 2, 1e-2
-    config.output_dir = str(tmp_path_factory.mktemp("export") / "run")
+    config = make_tiny_config(tiny_model_dir, str(tmp_path_factory.mktemp("export") / "run"), save_steps=2,
+                              max_completion_length=8)
     train.train(config, progress=False)
     metrics = {"pass@1_greedy": 0.1, "pass@1_sampled": 0.05, "pass@4": 0.2}
     RunDir(config.output_dir).write_json("eval_compare.json", {
