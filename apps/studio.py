@@ -13,7 +13,6 @@ import os
 import time
 
 import gradio as gr
-import pandas as pd
 
 from local_grpo import config as config_mod
 from local_grpo import rundir

@@ -33,7 +33,6 @@ import dataclasses
 import glob
 import json
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -830,19 +829,3 @@ def format_table(plan: dict) -> str:
         else:
             lines.append(f"  no setting of this model fits {plan['vram_gb']:g} GB (smallest ~{s['total_gb']:.2f} GB): use a smaller model")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (`python -m local_grpo.plan ...`) until cli.py wires `plan` in."""
-    parser = argparse.ArgumentParser(prog="local-grpo")
-    register_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,6 @@ Must stay light to import: no torch, transformers or trl.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -224,21 +223,3 @@ def _fmt(p):
     if 0.9999 < p < 1.0:
         return f"1-{1.0 - p:.1e}"
     return f"{p:.4f}"
-
-
-def main(argv=None):
-    """Run `predict` on its own (python -m local_grpo.predict_cli ...); cli.py is the real entry."""
-    parser = argparse.ArgumentParser(prog="local-grpo")
-    register_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except UserError as err:
-        import sys
-
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

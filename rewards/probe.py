@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import tempfile
 from fractions import Fraction
 

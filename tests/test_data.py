@@ -1,6 +1,5 @@
 """Data: built-in tasks, local files with column mapping, GSM8K gold extraction, bad input."""
 
-import json
 import os
 
 import pytest

@@ -4,7 +4,6 @@ import json
 import os
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
 from local_grpo import rundir, train
