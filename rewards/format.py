@@ -42,8 +42,10 @@ def format_strict(tags=("think", "answer"), scale: float = 1.0):
 def format_soft(tags=None, marker: str = "Answer:", scale: float = 1.0, trailing_penalty: float = 0.001):
     """Partial credit for the answer format: "Answer: <number>" last line by default, or tag layouts. Range [0, scale].
 
-    Default (tags=None), four quarters: the text has a number; it has the marker; a number follows
-    the last marker; nothing but punctuation follows that number. With tags=("think", "answer"):
+    Default (tags=None), four quarters: the text has a number; it has the marker exactly once; a
+    number follows that marker; nothing but punctuation follows that number. A repeated marker earns
+    only the first quarter: "Answer: 3\nAnswer: 7\n..." is the hack GRPO finds first when a format
+    reward credits every marker (seen on the quickstart). With tags=("think", "answer"):
     half for each tag present exactly once, a quarter for the tags in order, a quarter for no text
     after the last closing tag (minus trailing_penalty per extra character).
     """
@@ -56,9 +58,9 @@ def format_soft(tags=None, marker: str = "Answer:", scale: float = 1.0, trailing
     def score(text: str) -> float:
         credit = 0.25 if NUMBER.search(text) else 0.0
         markers = list(marker_pattern.finditer(text))
-        if markers:
+        if len(markers) == 1:
             credit += 0.25
-            tail = text[markers[-1].end():]
+            tail = text[markers[0].end():]
             number = re.match(r"\s*" + NUMBER.pattern, tail)
             if number:
                 credit += 0.25

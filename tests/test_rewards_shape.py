@@ -17,6 +17,9 @@ SOFT_CASES = [
     ("hello", 0.0),
     ("", 0.0),
     ([{"role": "assistant", "content": "Answer: 85"}], 1.0),
+    # a repeated marker is the hack a format reward invites: only the has-a-number quarter
+    ("Answer: 9.\n\nAnswer: 12.\n\nAnswer: 4.", 0.25),
+    ("Answer: 57. Answer: 20", 0.25),
 ]
 
 
