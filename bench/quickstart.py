@@ -7,6 +7,7 @@ plain-TRL anchor's final held-out success (0.525 after 843 s, ../shared/bench/an
 and the success reached within 7 and 15 minutes of training.
 
     python bench/quickstart.py [--config configs/cpu-quickstart.yaml] [--max-steps 40] [--eval-every 5]
+    python bench/quickstart.py --eval-only RUN_DIR [--eval-max-new-tokens 64]   # re-evaluate a kept run
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "quickstart.json"))
     parser.add_argument("--keep-run", default=None, help="copy the run directory here afterwards")
+    parser.add_argument("--eval-max-new-tokens", type=int, default=64,
+                        help="greedy tokens for the held-out eval (64, as the anchor's eval)")
+    parser.add_argument("--eval-only", metavar="RUN_DIR", default=None,
+                        help="skip training: evaluate an existing run's checkpoints (kept with --keep-run)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -38,22 +43,27 @@ def main() -> None:
     from local_grpo import evaluate, train
     from local_grpo.rundir import RunDir
 
-    config = config_mod.load(args.config)
-    if args.max_steps:
-        config.grpo.max_steps = args.max_steps
-    config.grpo.save_steps = args.eval_every
-    config.grpo.save_total_limit = 1000
     work = tempfile.mkdtemp(prefix="quickstart-bench-")
-    config.output_dir = os.path.join(work, "run")
-
-    started = time.time()
-    summary = train.train(config, progress=True)
-    wall = time.time() - started
-    run = RunDir.open(config.output_dir)
+    if args.eval_only:
+        run = RunDir.open(args.eval_only)
+        config = config_mod.load(run.file("config.yaml"))
+        summary = run.read_json("summary.json")
+        wall = None
+    else:
+        config = config_mod.load(args.config)
+        if args.max_steps:
+            config.grpo.max_steps = args.max_steps
+        config.grpo.save_steps = args.eval_every
+        config.grpo.save_total_limit = 1000
+        config.output_dir = os.path.join(work, "run")
+        started = time.time()
+        summary = train.train(config, progress=True)
+        wall = time.time() - started
+        run = RunDir.open(config.output_dir)
     metrics = run.metrics()
     seconds_at_step = {m["step"]: m["time"] for m in metrics}
 
-    settings = evaluate.EvalSettings(n=config.data.num_heldout, samples=0, max_new_tokens=config.grpo.max_completion_length,
+    settings = evaluate.EvalSettings(n=config.data.num_heldout, samples=0, max_new_tokens=args.eval_max_new_tokens,
                                      batch_size=20)
     rows = evaluate.eval_rows(config, settings)
     reward_fns, success_name = evaluate.reward_functions(config)
@@ -84,7 +94,8 @@ def main() -> None:
 
     result = {
         "config": os.path.relpath(args.config, REPO),
-        "steps": summary["steps"], "train_wall_s": round(wall, 1), "train_s": summary["train_seconds"],
+        "steps": summary["steps"], "train_wall_s": round(wall, 1) if wall else None, "train_s": summary["train_seconds"],
+        "eval_max_new_tokens": args.eval_max_new_tokens,
         "mean_step_s": round(summary["train_seconds"] / max(1, summary["steps"]), 2),
         "heldout_prompts": len(rows), "greedy_success_before": base["pass@1_greedy"],
         "greedy_success_after": curve[-1]["success"], "curve": curve,
@@ -98,7 +109,7 @@ def main() -> None:
     with open(args.out, "w") as fh:
         json.dump(result, fh, indent=1)
     print(json.dumps({k: v for k, v in result.items() if k not in ("curve", "train_summary")}, indent=1))
-    if args.keep_run:
+    if args.keep_run and not args.eval_only:
         shutil.copytree(config.output_dir, args.keep_run, dirs_exist_ok=True)
     shutil.rmtree(work, ignore_errors=True)
 
