@@ -208,8 +208,8 @@ class Auditor:
                                 f"the {self.verifier_name} verifier (gold {wrong[0].get('answer')!r}), e.g. {example!r}",
                        step=step, source="audit", disagreed=len(wrong), audited=audited)
 
-    def metrics(self) -> dict:
-        """Metrics since the last call: audit/disagreement (omitted when nothing was audited), audit/audited, audit/seconds."""
+    def metrics(self, step: int) -> dict:
+        """A metric hook (called with the logged step): metrics since the last call: audit/disagreement (omitted when nothing was audited), audit/audited, audit/seconds."""
         values = {"audit/audited": self.audited, "audit/seconds": round(self.seconds, 4)}
         if self.audited:
             values["audit/disagreement"] = round(self.disagreed / self.audited, 4)

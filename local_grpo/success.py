@@ -121,21 +121,16 @@ def ensure_p_ref(run, config: Config, loaded, held_out: list[dict], success_fn) 
 class PredictedSuccess:
     """A RunDirCallback metric hook: {"success_predicted": p_{n−1}} for the logged step n."""
 
-    def __init__(self, p_ref: dict, config: Config, state_source=None):
+    def __init__(self, p_ref: dict, config: Config):
+        # Recomputed rather than read from p_ref.json: a --resume with a larger --max-steps needs a longer trajectory.
         params = predictor_params(config)
         self.trajectory = dynamics.predict_dataset(
             [p["p_ref"] for p in p_ref["per_prompt"]], steps=max(1, config.grpo.max_steps), **params
         )["trajectory"]
-        self.state_source = state_source  # an object with .trainer.state.global_step (the callback)
 
     def at_step(self, step: int) -> float:
         """Predicted success of the samples scored at trainer step `step` (>= 1)."""
         return self.trajectory[min(max(step - 1, 0), len(self.trajectory) - 1)]
 
-    def __call__(self, step: int | None = None) -> dict:
-        if step is None:
-            trainer = getattr(self.state_source, "trainer", None)
-            if trainer is None:
-                return {}
-            step = trainer.state.global_step
+    def __call__(self, step: int) -> dict:
         return {"success_predicted": round(self.at_step(step), 6)}

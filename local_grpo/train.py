@@ -46,7 +46,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     callback = RunDirCallback(run, recorder, config, progress=progress)
     callback.attach(trainer)
     if p_ref:
-        callback.metric_hooks.append(success.PredictedSuccess(p_ref, config, callback))
+        callback.metric_hooks.append(success.PredictedSuccess(p_ref, config))
     diagnostics.attach(trainer, run, config)  # zero-signal streaks, length drift, hacking signs
     if config.grpo.filter_zero_std:
         filtering.attach(trainer, run, recorder, train_rows)
@@ -398,7 +398,7 @@ class RunDirCallback:
         if success is not None:
             record["success"] = success
         for hook in self.metric_hooks:
-            record.update(hook())
+            record.update(hook(state.global_step))
         record["time"] = round(time.time() - self._started, 2)
         self.run.append(rundir.METRICS, record)
         if self.bar is not None:

@@ -136,9 +136,9 @@ def test_audit_flags_top_rewarded_wrong_answers():
     auditor = Auditor("arithmetic", [1.0, 0.2])
     auditor.on_scored(1, records([("17 + 25 = 42\nAnswer: 42", 1.2), ("Answer: 1420", 1.0),
                                   ("The answer is not 42", 1.0), ("Answer: 43", 0.2)]))
-    metrics = auditor.metrics()
+    metrics = auditor.metrics(step=1)
     assert metrics["audit/audited"] == 3 and metrics["audit/disagreement"] == pytest.approx(2 / 3, abs=1e-4)
-    assert "audit/disagreement" not in auditor.metrics()  # counts reset; nothing audited since
+    assert "audit/disagreement" not in auditor.metrics(step=2)  # counts reset; nothing audited since
 
 
 def test_audit_arithmetic_verifier_reads_an_equation_result():
@@ -168,7 +168,7 @@ def test_audit_uses_math_verify_for_datasets():
 
     auditor = Auditor("dataset", [1.0])
     auditor.on_scored(1, records([("Answer: \\frac{1}{2}", 1.0), ("Answer: 3/4", 1.0)], answer="0.5"))
-    assert auditor.metrics()["audit/disagreement"] == 0.5
+    assert auditor.metrics(step=1)["audit/disagreement"] == 0.5
 
 
 def test_audit_writes_metrics_and_alert_through_the_trainer_hooks(tmp_path):
