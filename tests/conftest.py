@@ -49,6 +49,17 @@ def tiny_config(tiny_model_dir, tmp_path):
     return make_tiny_config(tiny_model_dir, str(tmp_path / "run"))
 
 
+@pytest.fixture(scope="session")
+def trained_tiny_run(tiny_model_dir, tmp_path_factory) -> str:
+    """A finished 2-step run of the tiny model, trained once per session. Copy it before changing it."""
+    from local_grpo import train
+
+    config = make_tiny_config(tiny_model_dir, str(tmp_path_factory.mktemp("trained") / "run"), save_steps=2,
+                              max_completion_length=8)
+    train.train(config, progress=False)
+    return config.output_dir
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """The tiny model runs ~10x faster on one thread on a busy 2-core machine."""

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import math
 
 import pytest
 
 from local_grpo import evaluate
-from conftest import make_tiny_config
 from local_grpo.errors import UserError
 
 
@@ -16,14 +16,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tiny_model_dir, tmp_path_factory) -> str:
-    """A finished 2-step run of the tiny model (adapter + config.yaml + metrics)."""
-    from local_grpo import train
-
-    config = make_tiny_config(tiny_model_dir, str(tmp_path_factory.mktemp("eval") / "run"), save_steps=2,
-                              max_completion_length=8)
-    train.train(config, progress=False)
-    return config.output_dir
+def tiny_run(trained_tiny_run, tmp_path_factory) -> str:
+    """This module's copy of the session's finished tiny run (eval --compare writes into it)."""
+    target = str(tmp_path_factory.mktemp("eval") / "run")
+    shutil.copytree(trained_tiny_run, target)
+    return target
 
 
 # --- pass@k -------------------------------------------------------------------------------

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import os
 
 import pytest
 
 from local_grpo import export
-from conftest import make_tiny_config
 from local_grpo.errors import UserError
 
 
@@ -16,19 +16,17 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tiny_model_dir, tmp_path_factory) -> str:
-    """A finished 2-step run of the tiny model, with an eval_compare.json for the model card."""
-    from local_grpo import train
+def tiny_run(trained_tiny_run, tmp_path_factory) -> str:
+    """This module's copy of the session's finished tiny run, with an eval_compare.json for the model card."""
     from local_grpo.rundir import RunDir
 
-    config = make_tiny_config(tiny_model_dir, str(tmp_path_factory.mktemp("export") / "run"), save_steps=2,
-                              max_completion_length=8)
-    train.train(config, progress=False)
+    target = str(tmp_path_factory.mktemp("export") / "run")
+    shutil.copytree(trained_tiny_run, target)
     metrics = {"pass@1_greedy": 0.1, "pass@1_sampled": 0.05, "pass@4": 0.2}
-    RunDir(config.output_dir).write_json("eval_compare.json", {
+    RunDir(target).write_json("eval_compare.json", {
         "base": metrics, "trained": {**metrics, "pass@1_greedy": 0.3}, "n_prompts": 4, "k": 4, "samples": 8,
         "temperature": 1.0, "seed": 0})
-    return config.output_dir
+    return target
 
 
 def leftovers(folder: str) -> list[str]:
