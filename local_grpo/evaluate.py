@@ -65,6 +65,7 @@ class EvalSettings:
     k: int = 4
     samples: int = 8  # sampled completions per prompt (0 = greedy only)
     temperature: float = 1.0
+    top_p: float = 1.0
     max_new_tokens: int = 64
     batch_size: int = 8
     seed: int = 0
@@ -126,7 +127,7 @@ def generate(model, tokenizer, prompts: list[list[dict]], settings: EvalSettings
     count = settings.samples if sample else 1
     gen = GenerationConfig(
         max_new_tokens=settings.max_new_tokens, do_sample=sample, num_return_sequences=count,
-        temperature=settings.temperature if sample else None, top_p=1.0 if sample else None, top_k=0 if sample else None,
+        temperature=settings.temperature if sample else None, top_p=settings.top_p if sample else None, top_k=0 if sample else None,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids,
     )
     if sample:

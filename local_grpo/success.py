@@ -1,7 +1,7 @@
 """Live success measurement: p_ref of the starting model and the predictor's success per step.
 
 At the start of a run, `measure_p_ref` samples k completions for each of a few held-out prompts with
-the loaded model (batched, left padding) and judges them with the run's success reward (score >=
+the loaded model (evaluate.generate: batched, left padding) and judges them with the run's success reward (score >=
 0.999 is a success); `ensure_p_ref` writes the result to RUN_DIR/p_ref.json, or reads it back on
 --resume. `PredictedSuccess` turns it into `success_predicted` for metrics.jsonl with
 local_grpo.dynamics (per prompt, then averaged).
@@ -49,24 +49,22 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
     """
     import torch
 
+    from .evaluate import EvalSettings, generate
+
     started = time.time()
-    texts = [_prompt_text(tokenizer, row["prompt"]) for row in rows]
+    settings = EvalSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                            seed=seed)
+    prompts_per_batch = max(1, GENERATION_BATCH // samples)
     jobs = [i for i in range(len(rows)) for _ in range(samples)]
     was_training = model.training
     model.eval()
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
+    generator_state = torch.random.get_rng_state()  # leave the training RNG stream as it was
     completions = []
     try:
-        with torch.no_grad():
-            for start in range(0, len(jobs), GENERATION_BATCH):
-                batch = [texts[i] for i in jobs[start:start + GENERATION_BATCH]]
-                encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False)
-                encoded = {k: v.to(model.device) for k, v in encoded.items()}
-                out = model.generate(**encoded, do_sample=True, temperature=temperature, top_p=top_p,
-                                     max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-                new_tokens = out[:, encoded["input_ids"].shape[1]:]
-                completions += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        for batch_index, start in enumerate(range(0, len(rows), prompts_per_batch)):
+            prompts = [row["prompt"] for row in rows[start:start + prompts_per_batch]]
+            sampled = generate(model, tokenizer, prompts, settings, sample=True, batch_index=batch_index)
+            completions += [text for per_prompt in sampled for text, _ in per_prompt]
     finally:
         torch.random.set_rng_state(generator_state)
         model.train(was_training)
@@ -84,13 +82,6 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
         per_prompt.append({"prompt": row.get("question") or str(row["prompt"]), "p_ref": sum(hits) / len(hits)})
     mean = sum(p["p_ref"] for p in per_prompt) / len(per_prompt)
     return {"k": samples, "per_prompt": per_prompt, "mean": mean, "seconds": round(time.time() - started, 1)}
-
-
-def _prompt_text(tokenizer, prompt) -> str:
-    """The generation prompt as TRL builds it (chat template + assistant turn, or the plain string)."""
-    if isinstance(prompt, list):
-        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
-    return str(prompt)
 
 
 def ensure_p_ref(run, config: Config, loaded, held_out: list[dict], success_fn) -> dict | None:
