@@ -44,6 +44,7 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from local_grpo import backends, models
+    from local_grpo.evaluate import EvalSettings, generate
 
     try:
         path = models.resolve(str(request.get("model") or "embedded"))
@@ -57,17 +58,12 @@ def main() -> int:
     answers = list(request.get("answers") or []) + [None] * len(prompts)
     n = max(1, int(request.get("n", 4)))
     system = request.get("system_prompt")
-    torch.manual_seed(int(request.get("seed", 0)))
-    for prompt, answer in zip(prompts, answers):
+    settings = EvalSettings(samples=n, temperature=float(request.get("temperature", 1.0)),
+                            max_new_tokens=int(request.get("max_new_tokens", 64)), seed=int(request.get("seed", 0)))
+    for index, (prompt, answer) in enumerate(zip(prompts, answers)):
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        inputs = tokenizer([text] * n, return_tensors="pt", padding=True)
-        with torch.no_grad():
-            output = model.generate(**inputs, do_sample=True, temperature=float(request.get("temperature", 1.0)),
-                                    max_new_tokens=int(request.get("max_new_tokens", 64)),
-                                    pad_token_id=tokenizer.pad_token_id)
-        for row in output[:, inputs["input_ids"].shape[1]:]:
-            completion = tokenizer.decode(row, skip_special_tokens=True)
+        [sampled] = generate(model, tokenizer, [messages], settings, sample=True, batch_index=index)
+        for completion, _ in sampled:
             print(json.dumps({"prompt": prompt, "answer": answer, "completion": completion, "group": prompt}), flush=True)
     return 0
 
