@@ -44,7 +44,7 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from local_grpo import backends, models
-    from local_grpo.evaluate import EvalSettings, generate
+    from local_grpo.generation import GenerationSettings, generate
 
     try:
         path = models.resolve(str(request.get("model") or "embedded"))
@@ -58,8 +58,8 @@ def main() -> int:
     answers = list(request.get("answers") or []) + [None] * len(prompts)
     n = max(1, int(request.get("n", 4)))
     system = request.get("system_prompt")
-    settings = EvalSettings(samples=n, temperature=float(request.get("temperature", 1.0)),
-                            max_new_tokens=int(request.get("max_new_tokens", 64)), seed=int(request.get("seed", 0)))
+    settings = GenerationSettings(samples=n, temperature=float(request.get("temperature", 1.0)),
+                                  max_new_tokens=int(request.get("max_new_tokens", 64)), seed=int(request.get("seed", 0)))
     for index, (prompt, answer) in enumerate(zip(prompts, answers)):
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         [sampled] = generate(model, tokenizer, [messages], settings, sample=True, batch_index=index)

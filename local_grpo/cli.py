@@ -118,7 +118,7 @@ def run_train(args) -> int:
     config = config_from_args(args)
     if args.resume and not config.output_dir:
         raise UserError("--resume: needs --output RUN_DIR (the run to continue)")
-    config = train.fill_defaults(config)
+    config = config_mod.fill_defaults(config)
     config_mod.validate(config)
     models.check_name(config.model.name, config.model.gguf_file)
     _preflight(config, args.force)

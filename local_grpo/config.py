@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,15 @@ KL_MODES = ("none", "ref", "mirror", "both")
 TASKS = ("arithmetic", "gsm8k", "countdown")
 ANSWER_FORMATS = ("plain", "gsm8k")
 VLLM_MODES = ("colocate", "server")
+
+# Per task: the reward that judges success, and the rewards a run trains with when the config names none.
+_ANSWER_LINE_REWARDS = [{"name": "correct_numeric", "weight": 1.0}, {"name": "format_soft", "weight": 0.2}]
+TASK_REWARDS = {
+    "arithmetic": ("correct_numeric", _ANSWER_LINE_REWARDS),
+    "gsm8k": ("correct_numeric", _ANSWER_LINE_REWARDS),
+    "countdown": ("countdown", [{"name": "countdown", "weight": 1.0}, {"name": "format_soft", "weight": 0.2}]),
+    "dataset": ("correct_numeric", _ANSWER_LINE_REWARDS),
+}
 
 
 def _f(default: Any, help: str, **kw):
@@ -148,6 +158,18 @@ class Config:
 
 
 SECTIONS = {"model": ModelConfig, "lora": LoraSettings, "data": DataConfig, "grpo": GRPOSettings}
+
+
+def fill_defaults(config: Config) -> Config:
+    """Resolve the 'task default' fields: rewards, success reward, output dir."""
+    success_reward, default_rewards = TASK_REWARDS[config.task_name]
+    if not config.rewards:
+        config.rewards = [RewardSpec(**spec) for spec in default_rewards]
+    if not config.success_reward:
+        config.success_reward = success_reward
+    if not config.output_dir:
+        config.output_dir = os.path.join("runs", f"{config.task_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return config
 
 
 # --- YAML in / out ------------------------------------------------------------------------

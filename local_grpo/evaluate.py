@@ -30,6 +30,7 @@ from . import config as config_mod
 from . import rundir
 from .config import Config
 from .errors import UserError
+from .generation import GenerationSettings, generate
 
 SUCCESS_THRESHOLD = 0.999  # same as train.SUCCESS_THRESHOLD
 COMPARE_FILE = "eval_compare.json"
@@ -58,17 +59,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 # --- settings -----------------------------------------------------------------------------
 
 @dataclass
-class EvalSettings:
+class EvalSettings(GenerationSettings):
     """What to evaluate and how (everything but the model)."""
 
     n: int | None = None  # prompts (None = the whole split)
     k: int = 4
     samples: int = 8  # sampled completions per prompt (0 = greedy only)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 64
     batch_size: int = 8
-    seed: int = 0
     split: str = "held-out"
 
     def check(self) -> "EvalSettings":
@@ -105,60 +102,6 @@ def reward_functions(config: Config) -> tuple[list, str]:
     if config.success_reward not in [f.__name__ for f in fns]:
         fns.append(rewards.get(config.success_reward))
     return fns, config.success_reward
-
-
-# --- generation ---------------------------------------------------------------------------
-
-def generate(model, tokenizer, prompts: list[list[dict]], settings: EvalSettings, sample: bool,
-             batch_index: int = 0) -> list[list[tuple[str, int]]]:
-    """Completions for a batch of chat prompts: per prompt, a list of (text, length in tokens).
-
-    Greedy gives one completion per prompt; sampling gives `settings.samples`, with the torch seed
-    set from (seed, batch) so two models see the same random stream.
-    """
-    import torch
-    from transformers import GenerationConfig
-
-    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
-    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    device = next(model.parameters()).device
-    batch = {k: v.to(device) for k, v in batch.items()}
-    eos_ids = end_token_ids(model, tokenizer)
-    count = settings.samples if sample else 1
-    gen = GenerationConfig(
-        max_new_tokens=settings.max_new_tokens, do_sample=sample, num_return_sequences=count,
-        temperature=settings.temperature if sample else None, top_p=settings.top_p if sample else None, top_k=0 if sample else None,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids,
-    )
-    if sample:
-        torch.manual_seed(settings.seed * 1_000_003 + batch_index)
-    with torch.no_grad():
-        out = model.generate(**batch, generation_config=gen)
-    new_tokens = out[:, batch["input_ids"].shape[1]:].tolist()
-    results = []
-    for i in range(len(prompts)):
-        per_prompt = []
-        for ids in new_tokens[i * count:(i + 1) * count]:
-            ids = cut_at_end(ids, eos_ids)
-            per_prompt.append((tokenizer.decode(ids, skip_special_tokens=True), len(ids)))
-        results.append(per_prompt)
-    return results
-
-
-def end_token_ids(model, tokenizer) -> list[int]:
-    """Token ids that end a completion: the tokenizer's EOS plus the generation config's."""
-    ids = {tokenizer.eos_token_id}
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-    return sorted(i for i in ids if i is not None)
-
-
-def cut_at_end(ids: list[int], eos_ids: list[int]) -> list[int]:
-    """Generated ids up to and including the first end token (padding after it dropped)."""
-    for position, token in enumerate(ids):
-        if token in eos_ids:
-            return ids[: position + 1]
-    return ids
 
 
 # --- scoring ------------------------------------------------------------------------------
@@ -285,7 +228,6 @@ def run_eval(config: Config, adapter_dir: str | None, settings: EvalSettings, co
 
 def config_for_args(args) -> tuple[Config, str | None]:
     """The config and adapter folder named by the flags (--run reads RUN_DIR/config.yaml)."""
-    from . import train
 
     if args.run:
         run = rundir.RunDir.open(args.run)
@@ -330,7 +272,7 @@ def config_for_args(args) -> tuple[Config, str | None]:
         config.rewards = [config_mod.RewardSpec(name=name, weight=weight) for name, weight in parsed]
     if adapter is not None and not os.path.isdir(adapter):
         raise UserError(f"--adapter: no such folder: {adapter}")
-    config = train.fill_defaults(config)
+    config = config_mod.fill_defaults(config)
     config_mod.validate(config)
     return config, adapter
 

@@ -211,7 +211,7 @@ def greedy_ids(model, tokenizer, prompts: list[list[dict]], max_new_tokens: int)
     """Greedy completion token ids per prompt (one prompt at a time: no padding differences)."""
     import torch
 
-    from .evaluate import cut_at_end, end_token_ids
+    from .generation import cut_at_end, end_token_ids
 
     eos_ids = end_token_ids(model, tokenizer)
     out = []

@@ -1,7 +1,7 @@
 """Live success measurement: p_ref of the starting model and the predictor's success per step.
 
 At the start of a run, `measure_p_ref` samples k completions for each of a few held-out prompts with
-the loaded model (evaluate.generate: batched, left padding) and judges them with the run's success reward (score >=
+the loaded model (generation.generate: batched, left padding) and judges them with the run's success reward (score >=
 0.999 is a success); `ensure_p_ref` writes the result to RUN_DIR/p_ref.json, or reads it back on
 --resume. `PredictedSuccess` turns it into `success_predicted` for metrics.jsonl with
 local_grpo.dynamics (per prompt, then averaged).
@@ -49,11 +49,11 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
     """
     import torch
 
-    from .evaluate import EvalSettings, generate
+    from .generation import GenerationSettings, generate
 
     started = time.time()
-    settings = EvalSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                            seed=seed)
+    settings = GenerationSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
+                                  top_p=top_p, seed=seed)
     prompts_per_batch = max(1, GENERATION_BATCH // samples)
     jobs = [i for i in range(len(rows)) for _ in range(samples)]
     was_training = model.training

@@ -1,7 +1,7 @@
-"""Built-in tasks: seeded generators of (question, answer) pairs with a system prompt and rewards.
+"""Built-in tasks: seeded generators of (question, answer) pairs with a system prompt.
 
-A task knows what it asks for (its system prompt), how a completion is judged correct (its
-correctness reward, which defines `success`), and which rewards train it by default.
+A task knows what it asks for (its system prompt) and how to make its examples; which rewards judge
+and train it by default is config (config.TASK_REWARDS).
 No torch or transformers here.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from .errors import UserError
@@ -24,8 +24,6 @@ ANSWER_LINE_PROMPT = (
 class Task:
     name: str
     system_prompt: str
-    correctness_reward: str
-    default_rewards: list[dict] = field(default_factory=list)
     make_examples: Callable[[int, int, dict], list[dict]] | None = None
 
 
@@ -119,15 +117,11 @@ TASKS: dict[str, Task] = {
     "arithmetic": Task(
         name="arithmetic",
         system_prompt=ANSWER_LINE_PROMPT,
-        correctness_reward="correct_numeric",
-        default_rewards=[{"name": "correct_numeric", "weight": 1.0}, {"name": "format_soft", "weight": 0.2}],
         make_examples=arithmetic_examples,
     ),
     "gsm8k": Task(
         name="gsm8k",
         system_prompt=ANSWER_LINE_PROMPT,
-        correctness_reward="correct_numeric",
-        default_rewards=[{"name": "correct_numeric", "weight": 1.0}, {"name": "format_soft", "weight": 0.2}],
     ),
     "countdown": Task(
         name="countdown",
@@ -135,15 +129,11 @@ TASKS: dict[str, Task] = {
             "Write an equation that reaches the target using the given numbers. Think briefly, then end "
             "with a last line 'Answer: <equation>', e.g. 'Answer: (3 + 5) * 2'."
         ),
-        correctness_reward="countdown",
-        default_rewards=[{"name": "countdown", "weight": 1.0}, {"name": "format_soft", "weight": 0.2}],
         make_examples=countdown_examples,
     ),
     "dataset": Task(
         name="dataset",
         system_prompt=ANSWER_LINE_PROMPT,
-        correctness_reward="correct_numeric",
-        default_rewards=[{"name": "correct_numeric", "weight": 1.0}, {"name": "format_soft", "weight": 0.2}],
     ),
 }
 

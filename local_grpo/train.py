@@ -12,11 +12,10 @@ import time
 from dataclasses import dataclass, field
 
 from . import backends, data, diagnostics, filtering, kl_variants, rundir, success
-from .config import Config, validate
+from .config import Config, fill_defaults, validate
 from .config import save as save_config
 from .errors import UserError
 from .rundir import RunDir
-from .tasks import get_task
 
 SUCCESS_THRESHOLD = 0.999  # a correctness score >= this counts as a success
 
@@ -74,20 +73,6 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
 
 
 # --- set-up -------------------------------------------------------------------------------
-
-def fill_defaults(config: Config) -> Config:
-    """Resolve 'task default' fields: rewards, success reward, output dir."""
-    from .config import RewardSpec
-
-    task = get_task(config.task_name)
-    if not config.rewards:
-        config.rewards = [RewardSpec(**spec) for spec in task.default_rewards]
-    if not config.success_reward:
-        config.success_reward = task.correctness_reward
-    if not config.output_dir:
-        config.output_dir = os.path.join("runs", f"{config.task_name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    return config
-
 
 def prepare_run(config: Config, resume: bool, overwrite: bool):
     """Validate config, rewards and data, then create the run directory (or reopen it for --resume).

@@ -88,14 +88,13 @@ def test_eval_on_a_fixed_tiny_dataset(tiny_model_dir, tmp_path):
     data = tmp_path / "tiny.jsonl"
     rows = [{"question": f"What is {a} + {b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (10, 5), (7, 7), (2, 9)]]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    from local_grpo import train
-    from local_grpo.config import Config
+    from local_grpo.config import Config, fill_defaults
 
     config = Config()
     config.model.name, config.backend = tiny_model_dir, "hf"
     config.data.dataset, config.data.num_heldout = str(data), 4
     config.output_dir = "unused"
-    config = train.fill_defaults(config)
+    config = fill_defaults(config)
     settings = evaluate.EvalSettings(n=3, k=2, samples=3, max_new_tokens=6, batch_size=2, seed=1)
 
     first = evaluate.run_eval(config, None, settings, progress=False)

@@ -156,7 +156,7 @@ def smollm2_run(tmp_path_factory) -> str:
     config.grpo.max_completion_length = 16
     from local_grpo import train
 
-    config = train.fill_defaults(config)
+    config = config_mod.fill_defaults(config)
     os.makedirs(run_dir / "adapter")
     config_mod.save(config, str(run_dir / "config.yaml"))
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from local_grpo import kl_variants
-from local_grpo.config import Config, validate
+from local_grpo.config import Config, fill_defaults, validate
 from local_grpo.errors import UserError
 
 
@@ -50,7 +50,7 @@ def _trainer(config, tmp_path):
 
     graded = {"min": 1000, "max": 2000, "unit": "chars"}  # length_target: never zero-std on random text
     config.rewards = [RewardSpec("length_target", 1.0, graded)]
-    config = validate(train.fill_defaults(config))
+    config = validate(fill_defaults(config))
     loaded = backends.load(config)
     train_rows, _ = data.load_examples(config)
     run = RunDir.create(str(tmp_path / "kl-run"))
