@@ -12,7 +12,7 @@ import os
 import statistics
 import time
 
-from local_grpo.audit import Auditor
+from local_grpo.train.audit import Auditor
 
 STEP_COMPLETIONS = 16
 REPEATS = 50

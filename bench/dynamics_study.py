@@ -20,7 +20,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from local_grpo import dynamics, success  # noqa: E402
+from local_grpo import dynamics  # noqa: E402
+from local_grpo.train import p_ref as success  # noqa: E402
 from local_grpo.config import load as load_config  # noqa: E402
 from local_grpo.rundir import RunDir  # noqa: E402
 

@@ -29,9 +29,9 @@ from datasets import Dataset
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
-from local_grpo import trl_cpu          # the same CPU log-prob path our HF backend installs
+from local_grpo.train.trainer import install_cpu_logprob  # the CPU log-prob path our trainer installs
 from local_grpo.tasks import arithmetic_examples, ANSWER_LINE_PROMPT
-trl_cpu.apply()
+install_cpu_logprob()
 model_dir, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 S = json.loads(sys.argv[4])
 tok = AutoTokenizer.from_pretrained(model_dir); tok.padding_side = "left"

@@ -66,7 +66,7 @@ def summary(name: str, rows: list[dict]) -> dict:
 
 def reaudit(run_dir: str, weights: list[float]) -> dict:
     """The audit recomputed from completions.jsonl with the current verifier: {step: (audited, disagreed)}."""
-    from local_grpo.audit import Auditor
+    from local_grpo.train.audit import Auditor
 
     by_step: dict[int, list[dict]] = {}
     with open(os.path.join(run_dir, "completions.jsonl"), encoding="utf-8") as handle:

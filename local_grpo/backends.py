@@ -124,17 +124,15 @@ def _load_hf(config: Config) -> LoadedModel:
     )
     torch.manual_seed(config.grpo.seed)  # LoRA A's random init: the same seed gives the same run (and resume matches)
     model = get_peft_model(model, lora)
-    if not on_cuda:
-        from . import trl_cpu
-
-        trl_cpu.apply()
     from trl import GRPOTrainer
 
     return LoadedModel(model, tokenizer, "hf", "cuda" if on_cuda else "cpu", path, GRPOTrainer)
 
 
-def _load_unsloth(config: Config) -> LoadedModel:
-    # Unsloth must be imported before transformers/trl in this process.
+def import_unsloth() -> None:
+    """Import Unsloth, which patches transformers, peft and trl: before either is imported in this process."""
+    if "unsloth" in sys.modules:
+        return
     for name in ("trl", "transformers", "peft"):
         if name in sys.modules:
             print(f"warning: {name} was imported before unsloth; Unsloth's patches may be incomplete", file=sys.stderr)
@@ -142,7 +140,13 @@ def _load_unsloth(config: Config) -> LoadedModel:
     import contextlib
 
     with contextlib.redirect_stdout(sys.stderr):  # Unsloth prints banners; stdout is for --json
-        import unsloth  # noqa: F401  (patches transformers, peft and trl)
+        import unsloth  # noqa: F401
+
+
+def _load_unsloth(config: Config) -> LoadedModel:
+    import contextlib
+
+    import_unsloth()
     from unsloth import FastLanguageModel
 
     path = models.resolve(config.model.name, config.model.gguf_file)

@@ -118,11 +118,7 @@ def run_train(args) -> int:
     config = config_from_args(args)
     if args.resume and not config.output_dir:
         raise UserError("--resume: needs --output RUN_DIR (the run to continue)")
-    config = config_mod.fill_defaults(config)
-    config_mod.validate(config)
-    models.check_name(config.model.name, config.model.gguf_file)
-    _preflight(config, args.force)
-    summary = train.train(config, resume=args.resume, overwrite=args.overwrite, progress=not args.json)
+    summary = train.train(config, resume=args.resume, overwrite=args.overwrite, progress=not args.json, force=args.force)
     if not train.is_main_process():
         return 0  # several processes (accelerate launch): rank 0 prints the summary
     if args.json:
@@ -147,16 +143,6 @@ def stdout_to_stderr(enabled: bool = True):
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
-
-
-def _preflight(config, force: bool) -> None:
-    """Run the memory plan first when the planner is installed (refuses clear misfits unless --force)."""
-    try:
-        from . import plan
-    except ModuleNotFoundError:
-        return
-    if hasattr(plan, "preflight"):
-        plan.preflight(config, force=force)
 
 
 # --- doctor -------------------------------------------------------------------------------

@@ -121,6 +121,8 @@ class GRPOSettings:
     audit: bool = _f(False, "Re-check the best completions with an independent verifier each step.")
     p_ref_samples: int = _f(4, "Completions sampled per held-out prompt at the start of a run to measure p_ref (the starting model's success) for success_predicted; 0 = off.")
     p_ref_prompts: int = _f(8, "Held-out prompts used to measure p_ref at the start of a run; 0 = off.")
+    trl: dict = _f({}, "Any other field of TRL's GRPOConfig, passed through as is, e.g. {importance_sampling_level: "
+                       "sequence} (GSPO), {epsilon_high: 0.28} (DAPO clip-higher), {report_to: tensorboard}.")
 
 
 @dataclass

@@ -1,24 +1,32 @@
-"""The run directory: the files a run writes and everything else (app, eval, export) reads.
+"""The run directory as code: every file name, one record type per file, and the one reader.
 
-    RUN_DIR/config.yaml        the full resolved config
-    RUN_DIR/metrics.jsonl      one object per logged step
-    RUN_DIR/completions.jsonl  one object per sampled completion
-    RUN_DIR/events.jsonl       warnings, alerts, reward faults
-    RUN_DIR/p_ref.json         per-prompt success of the starting model (when measured)
-    RUN_DIR/control.json       live changes from the app (reward weights), read each step
-    RUN_DIR/checkpoints/       trainer checkpoints (for --resume)
-    RUN_DIR/adapter/           the final LoRA adapter
+    RUN_DIR/config.yaml                  the full resolved config
+    RUN_DIR/metrics.jsonl                one MetricsRecord per logged step
+    RUN_DIR/completions.jsonl            one CompletionRecord per sampled completion
+    RUN_DIR/events.jsonl                 one EventRecord per info line, warning, alert or reward fault
+    RUN_DIR/p_ref.json                   per-prompt success of the starting model (when measured)
+    RUN_DIR/control.json                 live changes from the app (reward weights), read each step
+    RUN_DIR/summary.json                 the end-of-training summary
+    RUN_DIR/eval_compare.json            base vs trained metrics (`local-grpo eval --run RUN_DIR --compare`)
+    RUN_DIR/eval_compare_prompts.jsonl   per-prompt results of that comparison
+    RUN_DIR/eval_prompts.jsonl           per-prompt results of `local-grpo eval --run RUN_DIR`
+    RUN_DIR/checkpoints/                 trainer checkpoints (for --resume)
+    RUN_DIR/adapter/                     the final LoRA adapter
 
-Lines are appended whole (one write + flush per line); readers tolerate a torn last line.
-This module must not import torch, transformers or trl.
+docs/run-directory.md documents every field; tests/test_rundir.py checks it against this module.
+Lines are appended whole (one write + flush per line); the reader skips a torn or garbled line.
+The app, eval, export, predict and diagnostics read a run only through this module. It must not
+import torch, transformers or trl.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import time
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .errors import UserError
@@ -32,6 +40,64 @@ CONTROL = "control.json"
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
 SUMMARY = "summary.json"
+EVAL_COMPARE = "eval_compare.json"
+EVAL_COMPARE_PROMPTS = "eval_compare_prompts.jsonl"
+EVAL_PROMPTS = "eval_prompts.jsonl"
+FILES = (CONFIG, METRICS, COMPLETIONS, EVENTS, P_REF, CONTROL, SUMMARY, EVAL_COMPARE, EVAL_COMPARE_PROMPTS,
+         EVAL_PROMPTS, CHECKPOINTS, ADAPTER)
+
+# events.jsonl types: reward faults (a reward could not score) are counted apart from learning-signal alerts
+EVENT_TYPES = ("info", "warning", "alert", "reward_fault", "reward_reloaded", "weights_changed")
+
+
+# --- records ----------------------------------------------------------------------------------
+
+@dataclass
+class CompletionRecord:
+    """One sampled completion as the rewards scored it (a line of completions.jsonl)."""
+
+    step: int  # the trainer step whose batch this completion was sampled for (1-based)
+    prompt: str  # the user's question (last user turn of a chat prompt)
+    completion: str  # the text the rewards scored (the assistant's message)
+    answer: Any  # the gold answer column, when the data has one
+    rewards: dict  # reward key -> score (None: the reward could not judge)
+    total: float  # the weighted sum of the scores that are not None
+    success: int  # 1 when the success reward scored >= rewards.SUCCESS_THRESHOLD
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class MetricsRecord:
+    """One logged step (a line of metrics.jsonl): ours, plus every other number logged that step (`values`)."""
+
+    step: int
+    time: float  # seconds since training (re)started
+    success: float | None = None  # fraction of this step's completions judged correct
+    success_predicted: float | None = None  # the dynamics forecast for this step (when p_ref was measured)
+    values: dict = field(default_factory=dict)  # TRL's (reward, reward_std, rewards/<key>/mean, kl, ...), audit/*
+
+    def to_json(self) -> dict:
+        record = {"step": self.step, **self.values}
+        for name in ("success", "success_predicted"):
+            if getattr(self, name) is not None:
+                record[name] = getattr(self, name)
+        record["time"] = self.time
+        return record
+
+
+@dataclass
+class EventRecord:
+    """One line of events.jsonl: `type` is one of EVENT_TYPES; extra fields depend on it (kind, step, ...)."""
+
+    time: float
+    type: str
+    message: str
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"time": self.time, "type": self.type, "message": self.message, **self.extra}
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -154,8 +220,8 @@ class RunDir:
             raise OSError(exc.errno, exc.strerror, exc.filename or self.file(name)) from None
 
     def event(self, type: str, message: str, **fields) -> dict:
-        """Record a warning, alert or fault in events.jsonl and return it."""
-        record = {"time": round(time.time(), 3), "type": type, "message": message, **fields}
+        """Record an info line, warning, alert or fault in events.jsonl and return it."""
+        record = EventRecord(round(time.time(), 3), type, message, fields).to_json()
         self.append(EVENTS, record)
         return record
 
@@ -203,3 +269,13 @@ class RunDir:
 
     def events(self) -> list[dict]:
         return read_jsonl(self.file(EVENTS))
+
+    def p_ref(self) -> dict | None:
+        return self.read_json(P_REF)
+
+    def eval_compare(self) -> dict | None:
+        """eval_compare.json ({"base": metrics, "trained": metrics, ...}), or None when absent or garbled."""
+        data = self.read_json(EVAL_COMPARE)
+        if not isinstance(data, dict) or not isinstance(data.get("base"), dict) or not isinstance(data.get("trained"), dict):
+            return None
+        return data

@@ -13,7 +13,8 @@ This package must not import the trainer (local_grpo) or any model code.
 """
 
 from rewards.errors import RewardSpecError
-from rewards.registry import describe, get, load, names, parse_reward_list
+from rewards.registry import SUCCESS_THRESHOLD, describe, get, is_success, load, name_uniquely, names, parse_reward_list, unique_keys
 from rewards.safe import SafeReward
 
-__all__ = ["RewardSpecError", "SafeReward", "describe", "get", "load", "names", "parse_reward_list"]
+__all__ = ["SUCCESS_THRESHOLD", "RewardSpecError", "SafeReward", "describe", "get", "is_success", "load", "name_uniquely", "names",
+           "parse_reward_list", "unique_keys"]

@@ -16,7 +16,7 @@ import statistics
 import sys
 
 from rewards.errors import RewardSpecError
-from rewards.registry import describe, load, names, parse_reward_list
+from rewards.registry import describe, load, name_uniquely, names, parse_reward_list
 
 BATCH_SIZE = 64
 
@@ -111,22 +111,13 @@ def summary(values: list, faults: dict) -> dict:
             "faults": dict(faults)}
 
 
-def unique_names(reward_fns: list) -> None:
-    """Give rewards that share a name a #n suffix so their columns stay apart."""
-    seen: dict[str, int] = {}
-    for fn in reward_fns:
-        seen[fn.__name__] = seen.get(fn.__name__, 0) + 1
-        if seen[fn.__name__] > 1:
-            fn.__name__ = f"{fn.__name__}#{seen[fn.__name__]}"
-
-
 def score_command(args) -> int:
     """Score the completions file with the weighted reward list; print rows and a summary."""
     weighted = []
     for spec, weight in parse_reward_list(args.rewards):
         weighted.extend((fn, weight) for fn in load(spec))
     reward_fns = [fn for fn, _ in weighted]
-    unique_names(reward_fns)
+    name_uniquely(reward_fns)
     rows = read_completions(args.completions)
     scores = score_rows(reward_fns, rows)
     totals = [sum(w * scores[fn.__name__][i] for fn, w in weighted if scores[fn.__name__][i] is not None)
@@ -168,7 +159,7 @@ def probe_command(args) -> int:
     from rewards.probe import format_table, probe
 
     reward_fns = [fn for spec, _ in parse_reward_list(args.rewards) for fn in load(spec)]
-    unique_names(reward_fns)
+    name_uniquely(reward_fns)
     rows = probe_rows(args)
     columns = {}
     if all("numbers" in row and "target" in row for row in rows):

@@ -35,6 +35,34 @@ BUILTINS = {
 }
 
 
+SUCCESS_THRESHOLD = 0.999  # a correctness score >= this counts as a success, everywhere
+
+
+def is_success(score) -> bool:
+    """Whether a correctness score counts as a success (None: cannot judge, so no)."""
+    return score is not None and score >= SUCCESS_THRESHOLD
+
+
+def unique_keys(reward_names: list[str]) -> list[str]:
+    """Stable, unique keys for a run's rewards: a name as is, repeats as name#2, name#3, ...
+
+    These keys name the rewards in metrics.jsonl, completions.jsonl, control.json and the app.
+    """
+    seen: dict[str, int] = {}
+    keys = []
+    for name in reward_names:
+        seen[name] = seen.get(name, 0) + 1
+        keys.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return keys
+
+
+def name_uniquely(reward_fns: list) -> list:
+    """Rename a run's reward functions to their `unique_keys` (in place; returns the list)."""
+    for fn, key in zip(reward_fns, unique_keys([fn.__name__ for fn in reward_fns])):
+        fn.__name__ = key
+    return reward_fns
+
+
 def names() -> list[str]:
     """Built-in reward names, sorted."""
     return sorted(BUILTINS)

@@ -131,7 +131,7 @@ def records(completions_and_totals, prompt="What is 17 + 25?", answer="42"):
 
 
 def test_audit_flags_top_rewarded_wrong_answers():
-    from local_grpo.audit import Auditor
+    from local_grpo.train.audit import Auditor
 
     auditor = Auditor("arithmetic", [1.0, 0.2])
     auditor.on_scored(1, records([("17 + 25 = 42\nAnswer: 42", 1.2), ("Answer: 1420", 1.0),
@@ -142,7 +142,7 @@ def test_audit_flags_top_rewarded_wrong_answers():
 
 
 def test_audit_arithmetic_verifier_reads_an_equation_result():
-    from local_grpo.audit import arithmetic_verdict
+    from local_grpo.train.audit import arithmetic_verdict
 
     row = {"prompt": "What is 13 + 56?", "answer": "69"}
     assert arithmetic_verdict({**row, "completion": "Sure. 13 + 56 = 69"})
@@ -155,7 +155,7 @@ def test_audit_arithmetic_verifier_reads_an_equation_result():
 
 
 def test_audit_countdown_checks_the_equation():
-    from local_grpo.audit import countdown_verdict
+    from local_grpo.train.audit import countdown_verdict
 
     row = {"prompt": "Using the numbers [3, 5, 7], write an equation that equals 56.", "answer": "56"}
     assert countdown_verdict({**row, "completion": "Answer: (3 + 5) * 7"})
@@ -164,7 +164,7 @@ def test_audit_countdown_checks_the_equation():
 
 
 def test_audit_uses_math_verify_for_datasets():
-    from local_grpo.audit import Auditor
+    from local_grpo.train.audit import Auditor
 
     auditor = Auditor("dataset", [1.0])
     auditor.on_scored(1, records([("Answer: \\frac{1}{2}", 1.0), ("Answer: 3/4", 1.0)], answer="0.5"))
@@ -172,10 +172,11 @@ def test_audit_uses_math_verify_for_datasets():
 
 
 def test_audit_writes_metrics_and_alert_through_the_trainer_hooks(tmp_path):
-    from local_grpo.audit import attach_audit
+    from local_grpo.train.audit import attach_audit
     from local_grpo.config import Config
     from local_grpo.rundir import RunDir
-    from local_grpo.train import RewardRecorder, RunDirCallback
+    from local_grpo.train.callbacks import RunDirCallback
+    from local_grpo.train.recorder import RewardRecorder
 
     run = RunDir.create(str(tmp_path / "run"))
     recorder = RewardRecorder(run, [], [1.0], None, write=False)
@@ -205,7 +206,7 @@ def test_countdown_reward_reads_the_countdown_task_columns():
 
 
 def test_audit_verifiers_pass_the_probe_batteries():
-    from local_grpo.audit import arithmetic_verdict, countdown_verdict
+    from local_grpo.train.audit import arithmetic_verdict, countdown_verdict
 
     def as_reward(verdict):
         def reward(completions, prompts, answer, **kwargs):

@@ -5,7 +5,9 @@ import math
 
 import pytest
 
-from local_grpo import diagnostics, dynamics, filtering, success
+from local_grpo import dynamics
+from local_grpo.train import diagnostics, filtering
+from local_grpo.train import p_ref as success
 from local_grpo.config import Config, RewardSpec
 from local_grpo.rundir import RunDir
 
@@ -78,10 +80,9 @@ def test_no_signal_streak_alert():
 
 def test_alerts_are_written_once_and_not_again_on_resume(tmp_path):
     run = RunDir.create(str(tmp_path / "run"))
-    for row in _rows(4, reward=0.0, frac_reward_zero_std=1.0):
-        run.append("metrics.jsonl", row)
-    diagnostics.DiagnosticsCallback(run, Config()).on_log(None, None, None, logs={"reward": 0.0})
-    diagnostics.DiagnosticsCallback(run, Config()).on_log(None, None, None, logs={"reward": 0.0})  # resumed
+    rows = _rows(4, reward=0.0, frac_reward_zero_std=1.0)
+    diagnostics.AlertLog(run).update(rows)
+    diagnostics.AlertLog(run).update(rows)  # resumed
     alerts = [e for e in run.events() if e["type"] == "alert"]
     assert [(a["kind"], a["step"]) for a in alerts] == [("no_signal_streak", 3)]
 

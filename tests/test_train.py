@@ -73,7 +73,8 @@ def test_resume_continues_from_the_last_checkpoint(tiny_config):
 
 
 def test_weights_changed_event(tiny_config):
-    from local_grpo.train import RewardRecorder, RunDirCallback
+    from local_grpo.train.callbacks import RunDirCallback
+    from local_grpo.train.recorder import RewardRecorder
 
     run = RunDir.create(tiny_config.output_dir)
     import rewards

@@ -7,6 +7,7 @@ import os
 
 from apps import runs
 from local_grpo import train
+from local_grpo.train import run as train_run
 from local_grpo.config import RewardSpec
 from local_grpo.rundir import RunDir
 
@@ -64,7 +65,7 @@ def test_a_run_survives_every_reward_fault_and_records_them(tiny_config, tmp_pat
     monkeypatch.setattr(rewards, "get", lambda name, **params: code_tests_on_forbidden_code(rewards)
                         if name == "code_tests" else real_get(name, **params))
 
-    class EditingRecorder(train.RewardRecorder):
+    class EditingRecorder(train_run.RewardRecorder):
         """Breaks the reward file's syntax once step 1 has been scored (an edit during the run)."""
 
         def __init__(self, *args, **kwargs):
@@ -77,7 +78,7 @@ def test_a_run_survives_every_reward_fault_and_records_them(tiny_config, tmp_pat
                 reward_file.write_text(FAULTY.replace("def edited(completions, **kwargs):", "def edited(completions"))
                 os.utime(reward_file, ns=(before + 10**9, before + 10**9))
 
-    monkeypatch.setattr(train, "RewardRecorder", EditingRecorder)
+    monkeypatch.setattr(train_run, "RewardRecorder", EditingRecorder)
 
     summary = train.train(tiny_config, progress=False)
 

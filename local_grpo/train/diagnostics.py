@@ -121,43 +121,39 @@ def summary_lines(signal: dict | None) -> list[str]:
     return lines
 
 
-def format_reward_names(config) -> list[str]:
-    return [s.name for s in config.rewards if "format" in s.name]
+def format_reward_names(reward_names: list[str]) -> list[str]:
+    """The run's format rewards (by key), watched for saturating while success stays 0."""
+    return [name for name in reward_names if "format" in name]
 
 
-class DiagnosticsCallback:
-    """Emits new alerts to events.jsonl after each logged step (added after RunDirCallback, so the
-    step's metrics line is already written). A TrainerCallback by duck typing."""
+class AlertLog:
+    """Writes each new alert the metrics support to events.jsonl once (RunDirCallback calls `update`
+    with its in-memory rows after writing each metrics line). Alerts already in events.jsonl (a resumed
+    run) are not repeated."""
 
-    def __getattr__(self, name):
-        if name.startswith("on_"):
-            return lambda *args, **kwargs: None
-        raise AttributeError(name)
-
-    def __init__(self, run, config):
+    def __init__(self, run, format_rewards=()):
         self.run = run
-        self.format_rewards = format_reward_names(config)
-        self.reported = set()  # (kind, step) for streaks, kind for the others; alerts already written (resume) count
+        self.format_rewards = list(format_rewards)
+        self.reported = set()  # (kind, step) for streaks, kind for the others
         for event in run.events():
             if event.get("type") == "alert" and event.get("kind"):
-                self.reported.add((event["kind"], event.get("step")) if event["kind"] == "no_signal_streak" else event["kind"])
+                self.reported.add(self._key(event["kind"], event.get("step")))
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if "reward" not in (logs or {}):
-            return
-        for alert in alerts([r for r in self.run.metrics() if "reward" in r], self.format_rewards):
-            key = (alert["kind"], alert["step"]) if alert["kind"] == "no_signal_streak" else alert["kind"]
+    @staticmethod
+    def _key(kind: str, step):
+        return (kind, step) if kind == "no_signal_streak" else kind
+
+    def update(self, rows: list[dict]) -> None:
+        for alert in alerts(rows, self.format_rewards):
+            key = self._key(alert["kind"], alert["step"])
             if key in self.reported:
                 continue
             self.reported.add(key)
             self.run.event("alert", alert["message"], step=alert["step"], kind=alert["kind"])
 
 
-def attach(trainer, run, config) -> DiagnosticsCallback:
-    """Add the diagnostics callback; warn up front about settings that make a KL term inert."""
+def warn_inert_kl(run, config) -> None:
+    """Warn up front about settings that make a KL term inert."""
     if config.kl_mode in ("mirror", "both") and config.grpo.num_iterations == 1:
         run.event("warning", f"grpo.kl {config.kl_mode}: with num_iterations 1 the policy never moves away from "
                   "the one that generated the batch, so the KL to it is zero; use num_iterations >= 2", step=0)
-    callback = DiagnosticsCallback(run, config)
-    trainer.add_callback(callback)
-    return callback

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import time
 
-from . import dynamics, rundir
-from .config import Config
+from .. import dynamics, rundir
+from ..config import Config
 
-SUCCESS_THRESHOLD = 0.999  # same rule as train.RewardRecorder
 GENERATION_BATCH = 32  # completions generated at once
 NONE_STEP_BETA = 1.0  # kl none with beta 0: the predictor's nominal step size (see predictor_params)
 
@@ -49,7 +48,9 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
     """
     import torch
 
-    from .generation import GenerationSettings, generate
+    import rewards
+
+    from ..generation import GenerationSettings, generate
 
     started = time.time()
     settings = GenerationSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -77,8 +78,7 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
         drain()
     per_prompt = []
     for i, row in enumerate(rows):
-        hits = [1.0 if (s is not None and s >= SUCCESS_THRESHOLD) else 0.0
-                for s, j in zip(scores, jobs) if j == i]
+        hits = [float(rewards.is_success(s)) for s, j in zip(scores, jobs) if j == i]
         per_prompt.append({"prompt": row.get("question") or str(row["prompt"]), "p_ref": sum(hits) / len(hits)})
     mean = sum(p["p_ref"] for p in per_prompt) / len(per_prompt)
     return {"k": samples, "per_prompt": per_prompt, "mean": mean, "seconds": round(time.time() - started, 1)}

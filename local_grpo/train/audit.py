@@ -145,7 +145,7 @@ def math_verifier():
         scores = judge([r.get("completion") or "" for r in records], answer=[r.get("answer") for r in records],
                        prompts=[r.get("prompt") or "" for r in records])
         judge.drain_events()
-        return [None if s is None else s >= 0.999 for s in scores]
+        return [None if s is None else rewards.is_success(s) for s in scores]
 
     return verdicts
 

@@ -6,16 +6,12 @@ to the end of the epoch and takes the next prompt of TRL's shuffled order instea
 length (retired prompts come last, so training never stalls), and with max_steps shorter than an
 epoch they are in effect skipped. Retirements are logged to events.jsonl.
 
-Hooks: the recorder's `on_scored` (which prompts had zero-std groups) and the trainer instance's
-`_get_train_sampler` (wrapping TRL 1.15's RepeatSampler; its batch layout is kept). This changes what
+Hooks: the recorder's `on_scored` (which prompts had zero-std groups) and the trainer's
+`_get_train_sampler` override (train/trainer.py; it wraps TRL 1.15's RepeatSampler and keeps its layout). This changes what
 the dynamics model assumes; see docs/dynamics.md.
 """
 
 from __future__ import annotations
-
-import os
-
-from .errors import UserError
 
 RETIRE_AFTER = 2  # consecutive zero-std visits before a prompt is skipped
 
@@ -79,19 +75,3 @@ class ZeroStdFilter:
                 self.retired.add(index)
                 self.run.event("info", f"filter_zero_std: skipping prompt {prompt!r} (zero reward std on its last "
                                f"{RETIRE_AFTER} visits)", step=step, kind="prompt_retired")
-
-
-def attach(trainer, run, recorder, train_rows: list[dict]) -> ZeroStdFilter:
-    """Install the filter on a trainer before `trainer.train()` builds its dataloader (one process only:
-    each rank sees only its own completions, so ranks would retire different prompts)."""
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        raise UserError("grpo.filter_zero_std: works in single-process runs only; turn it off for multi-process training")
-    zero_std_filter = ZeroStdFilter(run, train_rows)
-    recorder.on_scored.append(zero_std_filter)
-    make_sampler = trainer._get_train_sampler
-
-    def filtered_sampler(*args, **kwargs):
-        return SkipRetiredSampler(make_sampler(*args, **kwargs), zero_std_filter.retired)
-
-    trainer._get_train_sampler = filtered_sampler
-    return zero_std_filter

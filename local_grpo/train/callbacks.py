@@ -1,0 +1,126 @@
+"""The run-directory callback: one metrics.jsonl line per logged step, live diagnostics, live weights, progress.
+
+A transformers TrainerCallback by duck typing (events it does not define are no-ops), so that importing
+this module does not import transformers before Unsloth gets to patch it. Diagnostics run on the rows
+this callback keeps in memory, right after it writes each one: no second callback, no re-reading files.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from .. import rundir
+from ..config import Config
+from . import diagnostics
+from .recorder import RewardRecorder
+
+
+class RunDirCallback:
+    """Writes metrics.jsonl each logged step, raises diagnostics alerts, applies control.json, shows progress.
+
+    `metric_hooks` are callables(step) -> dict of extra metrics for that step's line (audit, predictor).
+    """
+
+    def __getattr__(self, name):
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+    def __init__(self, run: rundir.RunDir, recorder: RewardRecorder, config: Config, progress: bool = True):
+        self.run = run
+        self.recorder = recorder
+        self.progress = progress
+        self.trainer = None
+        self.bar = None
+        self.metric_hooks = []
+        self.rows = [r for r in run.metrics() if "reward" in r]  # earlier steps of a resumed run
+        self.alerts = diagnostics.AlertLog(run, diagnostics.format_reward_names(recorder.names))
+        self._control_mtime = None
+        self._started = time.time()
+
+    def attach(self, trainer) -> None:
+        """Add this callback to the trainer, replacing transformers' own log printers."""
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        self.trainer = trainer
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(self)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="GRPO", unit="step",
+                            dynamic_ncols=True, file=sys.stderr)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.apply_control()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = dict(logs or {})
+        # Skip the trainer's end-of-training summary; steps that reuse a batch (num_iterations > 1) have loss but no reward.
+        if "train_runtime" in logs or not {"reward", "loss"} & logs.keys():
+            return
+        values = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
+        for hook in self.metric_hooks:
+            values.update(hook(state.global_step))
+        record = rundir.MetricsRecord(
+            step=state.global_step, time=round(time.time() - self._started, 2), success=self.recorder.take_success(),
+            success_predicted=values.pop("success_predicted", None), values=values,
+        ).to_json()
+        self.run.append(rundir.METRICS, record)
+        if "reward" in record:
+            self.rows.append(record)
+            self.alerts.update(self.rows)
+        self._show(record)
+
+    def _show(self, record: dict) -> None:
+        if self.bar is None:
+            return
+        post = {"reward": f"{record['reward']:.3f}"} if "reward" in record else {}
+        if "success" in record:
+            post["success"] = f"{record['success']:.2f}"
+        if "completions/mean_length" in record:
+            post["len"] = f"{record['completions/mean_length']:.0f}"
+        self.bar.set_postfix(post, refresh=False)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def apply_control(self) -> None:
+        """Read RUN_DIR/control.json (written by the app) and apply new reward weights (keyed by reward key)."""
+        path = self.run.file(rundir.CONTROL)
+        try:
+            mtime = os.path.getmtime(path)
+        except OSError:
+            return
+        if mtime == self._control_mtime:
+            return
+        self._control_mtime = mtime
+        weights = (self.run.read_json(rundir.CONTROL) or {}).get("weights") or {}
+        names = self.recorder.names
+        changed = {}
+        for name, weight in weights.items():
+            if name in names and isinstance(weight, (int, float)) and not isinstance(weight, bool):
+                i = names.index(name)
+                if self.recorder.weights[i] != float(weight):
+                    self.recorder.weights[i] = float(weight)
+                    changed[name] = float(weight)
+            else:
+                self.run.event("warning", f"control.json: ignored weight for {name!r} (not a reward of this run or not a number)")
+        if not changed:
+            return
+        step = self.trainer.state.global_step + 1 if self.trainer is not None else None
+        if self.trainer is not None:
+            self.trainer.set_reward_weights(self.recorder.weights)
+        self.run.event("weights_changed", f"reward weights changed: {changed}", step=step,
+                       weights=dict(zip(names, self.recorder.weights)))

@@ -1,0 +1,231 @@
+"""GRPO training into a run directory: config -> backend -> data -> rewards -> TRL trainer -> files.
+
+`train()` shows the whole flow in one screen; set-up helpers and the summary follow below it. The
+pieces it assembles live beside this module: trainer.py (every TRL hook and the GRPOConfig),
+recorder.py (reward scores -> completions.jsonl), callbacks.py (metrics.jsonl, alerts, live weights),
+p_ref.py (the starting model's success and the forecast), filtering.py, audit.py, diagnostics.py.
+We wrap TRL's GRPOTrainer; we do not fork it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from .. import backends, data, models, plan, rundir
+from ..config import Config, fill_defaults, validate
+from ..config import load as load_config
+from ..config import save as save_config
+from ..errors import UserError
+from ..rundir import RunDir
+from . import diagnostics, p_ref, trainer
+from .callbacks import RunDirCallback
+from .recorder import RewardRecorder
+
+
+def train(config: Config, resume: bool = False, overwrite: bool = False, progress: bool = True,
+          force: bool = False) -> dict:
+    """Train with GRPO and write RUN_DIR; returns the summary (also in RUN_DIR/summary.json).
+
+    The memory plan runs first and refuses a clear misfit unless `force`.
+    """
+    config = checked_config(config, resume)
+    plan.preflight(config, force=force)
+    recorder = reward_recorder(config)  # every reward built once, before any model loads
+    backend = backends.pick_backend(config.backend)
+    trainer.check_kl_backend(config, backend)
+    if backend == "unsloth":
+        backends.import_unsloth()  # before trl: Unsloth patches it
+    on_cuda = backends.cuda_available()
+    run, checkpoint, (train_rows, held_out) = open_run(config, resume=resume, overwrite=overwrite)
+    args = trainer.grpo_args(config, run.checkpoints_dir, on_cuda, backend)  # grpo.trl is checked here
+    loaded = backends.load(config)
+    recorder.run = run
+    measured = p_ref.ensure_p_ref(run, config, loaded, held_out, recorder.success_fn)  # RUN_DIR/p_ref.json
+
+    from datasets import Dataset
+
+    zero_std_filter = None
+    if config.grpo.filter_zero_std:
+        from .filtering import ZeroStdFilter
+
+        zero_std_filter = ZeroStdFilter(run, train_rows)
+        recorder.on_scored.append(zero_std_filter)
+    grpo_trainer = trainer.trainer_class(loaded.trainer_class)(
+        model=loaded.model,
+        processing_class=loaded.tokenizer,
+        reward_funcs=recorder.wrapped(),
+        args=args,
+        train_dataset=Dataset.from_list(train_rows),
+        config=config,
+        zero_std_filter=zero_std_filter,
+    )
+    callback = RunDirCallback(run, recorder, config, progress=progress)
+    callback.attach(grpo_trainer)
+    if measured:
+        callback.metric_hooks.append(p_ref.PredictedSuccess(measured, config))
+    if config.grpo.audit:
+        from .audit import attach_audit
+
+        attach_audit(config, run, recorder, callback)
+    diagnostics.warn_inert_kl(run, config)
+    start_step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else 0
+    run.event("info", f"training started: backend={loaded.backend} device={loaded.device} "
+              f"model={loaded.model_path} train={len(train_rows)} held_out={len(held_out)}", step=start_step)
+    started = time.time()
+    try:
+        grpo_trainer.train(resume_from_checkpoint=checkpoint)
+    finally:  # e.g. disk full: end the progress bar so the error prints on a line of its own
+        callback.on_train_end(None, None, None)
+    if is_main_process():  # multi-process: rank 0 alone writes the run directory
+        grpo_trainer.model.save_pretrained(run.adapter_dir)
+        loaded.tokenizer.save_pretrained(run.adapter_dir)
+    summary = summarize(run, config, loaded, time.time() - started)
+    run.write_json(rundir.SUMMARY, summary)
+    if world_size() > 1:
+        print(f"local-grpo: rank {process_rank()} of {world_size()} trained to step {grpo_trainer.state.global_step}",
+              file=sys.stderr, flush=True)
+    return summary
+
+
+# --- set-up -------------------------------------------------------------------------------
+
+def checked_config(config: Config, resume: bool) -> Config:
+    """The config filled with task defaults and validated; on --resume, the run's own saved config."""
+    config = validate(fill_defaults(config))
+    check_scale_out(config)
+    if resume:
+        config = saved_config(config)
+    models.check_name(config.model.name, config.model.gguf_file)
+    return config
+
+
+def reward_recorder(config: Config) -> RewardRecorder:
+    """The run's rewards, each built once; a bad name or file is a UserError naming its config entry."""
+    import rewards
+
+    for i, spec in enumerate(config.rewards):
+        try:
+            rewards.get(spec.name, **spec.params)
+        except rewards.RewardSpecError as exc:
+            raise UserError(f"rewards[{i}]: {exc}") from None
+    try:
+        return RewardRecorder.for_config(None, config)
+    except rewards.RewardSpecError as exc:
+        raise UserError(f"success_reward: {exc}") from None
+
+
+def open_run(config: Config, resume: bool, overwrite: bool):
+    """Create the run directory (or reopen it for --resume) once every input has been checked.
+
+    Returns (run, checkpoint or None, (train_rows, held_out)).
+    """
+    examples = data.load_examples(config)
+    if not is_main_process():  # ranks > 0 of a multi-process run read RUN_DIR but never write it
+        run = RunDir(config.output_dir, readonly=True)
+        return run, run.last_checkpoint() if resume else None, examples
+    if resume:
+        run = RunDir.open(config.output_dir)
+        checkpoint = run.last_checkpoint()
+        step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else 0
+        for name in (rundir.METRICS, rundir.COMPLETIONS):
+            run.keep_steps_up_to(name, step)
+        run.event("info", f"resumed from {'step ' + str(step) if checkpoint else 'the start (no checkpoint yet)'}", step=step)
+    else:
+        run = RunDir.create(config.output_dir, overwrite=overwrite)
+        checkpoint = None
+    save_config(config, run.file(rundir.CONFIG))
+    return run, checkpoint, examples
+
+
+def saved_config(config: Config) -> Config:
+    """The config a run was started with (its config.yaml); a larger --max-steps extends it."""
+    saved = load_config(RunDir.open(config.output_dir).file(rundir.CONFIG))
+    saved.grpo.max_steps = max(saved.grpo.max_steps, config.grpo.max_steps)
+    saved.output_dir = config.output_dir  # the path as given now (the saved one may be relative)
+    return saved
+
+
+def process_rank() -> int:
+    """This process's rank in a multi-process (accelerate launch / torchrun) run; 0 when alone."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def is_main_process() -> bool:
+    return process_rank() == 0
+
+
+def check_scale_out(config: Config) -> None:
+    """Which backend supports what: Unsloth is the single-GPU path; several processes need the hf backend.
+
+    `auto` resolves to hf when several processes train; vLLM server mode generates through TRL (hf backend).
+    """
+    if world_size() > 1:
+        if config.backend == "unsloth":
+            raise UserError(f"backend: unsloth trains in one process on one GPU; this is a {world_size()}-process "
+                            "launch (accelerate/torchrun), which needs --backend hf (see docs/scaling.md)")
+        if config.grpo.filter_zero_std:  # each rank sees only its own completions, so ranks would retire different prompts
+            raise UserError("grpo.filter_zero_std: works in single-process runs only; turn it off for multi-process training")
+        config.backend = "hf"
+    if config.grpo.use_vllm and config.grpo.vllm_mode == "server" and config.backend == "auto":
+        config.backend = "hf"
+    if config.grpo.use_vllm and config.grpo.vllm_mode == "server" and config.backend == "unsloth":
+        raise UserError("grpo.vllm_mode: server mode (a separate `trl vllm-serve`) needs --backend hf; "
+                        "Unsloth generates with its own in-process vLLM (vllm_mode colocate)")
+
+
+# --- summary ------------------------------------------------------------------------------
+
+def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
+    """Reward and success at the start vs the end of training, and where things are."""
+    metrics = [m for m in run.metrics() if "reward" in m]
+    window = max(1, min(5, len(metrics) // 4 or 1))
+
+    def mean(rows, key):
+        values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        return round(sum(values) / len(values), 4) if values else None
+
+    first, last = metrics[:window], metrics[-window:]
+    faults = [e for e in run.events() if e.get("type") in ("reward_fault", "alert")]
+    return {
+        "run_dir": run.path,
+        "adapter": run.adapter_dir,
+        "backend": loaded.backend,
+        "device": loaded.device,
+        "model": config.model.name,
+        "steps": metrics[-1]["step"] if metrics else 0,
+        "train_seconds": round(seconds, 1),
+        "window_steps": window,
+        "reward_start": mean(first, "reward"),
+        "reward_end": mean(last, "reward"),
+        "success_start": mean(first, "success"),
+        "success_end": mean(last, "success"),
+        "reward_faults": len(faults),
+        "signal": diagnostics.signal_summary(metrics, diagnostics.format_reward_names([s.name for s in config.rewards])),
+    }
+
+
+def format_summary(summary: dict) -> str:
+    """The short human summary printed at the end of `train`."""
+    w = summary["window_steps"]
+
+    def pair(key):
+        a, b = summary.get(f"{key}_start"), summary.get(f"{key}_end")
+        return f"{a if a is not None else '-'} -> {b if b is not None else '-'}"
+
+    lines = [
+        f"Trained {summary['steps']} steps in {summary['train_seconds']:.0f} s ({summary['backend']} backend, {summary['device']}).",
+        f"  reward  (mean of first/last {w} steps): {pair('reward')}",
+        f"  success (mean of first/last {w} steps): {pair('success')}",
+    ]
+    if summary.get("reward_faults"):
+        lines.append(f"  reward faults/alerts: {summary['reward_faults']} (see events.jsonl)")
+    lines += diagnostics.summary_lines(summary.get("signal"))
+    lines.append(f"  run directory: {summary['run_dir']}")
+    lines.append(f"  LoRA adapter:  {summary['adapter']}")
+    return "\n".join(lines)
