@@ -15,7 +15,9 @@ quickstart: setup
 
 # Set up, then run the offline test suite.
 test: setup browser
+	.venv/bin/lint-imports
 	.venv/bin/python -m pytest -q -m "not slow"
 
 test-all: setup browser
+	.venv/bin/lint-imports
 	.venv/bin/python -m pytest -q

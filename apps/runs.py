@@ -18,8 +18,6 @@ from local_grpo.errors import UserError
 from local_grpo.rundir import read_jsonl
 
 RUNNING_WINDOW_S = 120  # a run whose metrics changed this recently, without summary.json, is "running"
-EVAL_COMPARE = "eval_compare.json"
-ALERT_TYPES = ("warning", "alert", "reward_fault")
 
 # Curve panels: title -> metric keys drawn in it ("rewards/*" expands to each reward's mean).
 PANELS = {
@@ -211,28 +209,14 @@ def alert_count(events: list[dict]) -> int:
 
 
 def eval_compare_table(run_path: str) -> pd.DataFrame:
-    """RUN_DIR/eval_compare.json as rows (metric, base, trained, change); empty when absent.
-
-    Accepts {"base": {metric: v}, "trained": {metric: v}} or {metric: {"base": v, "trained": v}}.
-    """
+    """RUN_DIR/eval_compare.json as rows (metric, base, trained, change); empty when absent."""
     columns = ["metric", "base", "trained", "change"]
-    try:
-        with open(os.path.join(run_path, EVAL_COMPARE), encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, json.JSONDecodeError):
+    data = rundir.RunDir(run_path).eval_compare()
+    if data is None:
         return pd.DataFrame(columns=columns)
-    if not isinstance(data, dict):
-        return pd.DataFrame(columns=columns)
-    pairs: dict[str, list] = {}
-    if isinstance(data.get("base"), dict) and isinstance(data.get("trained"), dict):
-        for metric in dict.fromkeys([*data["base"], *data["trained"]]):
-            pairs[metric] = [data["base"].get(metric), data["trained"].get(metric)]
-    else:
-        for metric, value in data.items():
-            if isinstance(value, dict) and ("base" in value or "trained" in value):
-                pairs[metric] = [value.get("base"), value.get("trained")]
     rows = []
-    for metric, (base, trained) in pairs.items():
+    for metric in dict.fromkeys([*data["base"], *data["trained"]]):
+        base, trained = data["base"].get(metric), data["trained"].get(metric)
         if not (_is_number(base) or _is_number(trained)):
             continue
         change = trained - base if _is_number(base) and _is_number(trained) else None

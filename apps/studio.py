@@ -160,7 +160,7 @@ def build_app(runs_root: str) -> gr.Blocks:
 
     def run_signature(path: str, view: str) -> str:
         stamps = []
-        for name in (rundir.METRICS, rundir.COMPLETIONS, rundir.EVENTS, rundir.SUMMARY, runs.EVAL_COMPARE):
+        for name in (rundir.METRICS, rundir.COMPLETIONS, rundir.EVENTS, rundir.SUMMARY, rundir.EVAL_COMPARE):
             try:
                 info = os.stat(os.path.join(path, name))
                 stamps.append(f"{info.st_mtime_ns}:{info.st_size}")

@@ -21,7 +21,7 @@ Working in D (log-odds) keeps p near 1 exact where probability space would round
 p_ref = 0 and p_ref = 1 are absorbing: no sample differs from the others, so there is no signal.
 
 This module is pure Python (+ numpy for the fixed-point grid): the CLI imports it, so it must stay
-instant. It must not import torch, transformers or trl, and it does no I/O (see predict_cli.py).
+instant. It must not import torch, transformers or trl, and it does no I/O (the `predict` command is local_grpo/cli/predict.py).
 """
 
 from __future__ import annotations
@@ -352,10 +352,3 @@ def mapping_from_trl(beta, scale_rewards="group", num_generations=8):
         return {"beta": float(beta), "eps": 1e-5, "norm": "mean"}
     c = math.sqrt(num_generations / (num_generations - 1))
     return {"beta": float(beta) * c, "eps": (1e-4 / c) ** 2, "norm": "meanstd"}
-
-
-def register_cli(subparsers):
-    """Add the `predict` subcommand (implemented in local_grpo.predict_cli)."""
-    from local_grpo.predict_cli import register_cli as register
-
-    return register(subparsers)

@@ -32,10 +32,6 @@ from .config import Config
 from .errors import UserError
 from .generation import GenerationSettings, generate
 
-SUCCESS_THRESHOLD = 0.999  # same as train.SUCCESS_THRESHOLD
-COMPARE_FILE = "eval_compare.json"
-COMPARE_PROMPTS_FILE = "eval_compare_prompts.jsonl"
-PROMPTS_FILE = "eval_prompts.jsonl"
 
 
 # --- the estimator ------------------------------------------------------------------------
@@ -164,7 +160,9 @@ def evaluate(model, tokenizer, rows: list[dict], reward_fns: list, success_name:
 
 
 def is_correct(value) -> bool:
-    return value is not None and value >= SUCCESS_THRESHOLD
+    import rewards
+
+    return rewards.is_success(value)
 
 
 def summarize(records: list[dict], reward_names: list[str], settings: EvalSettings, seconds: float) -> dict:
@@ -290,7 +288,7 @@ def write_results(result: dict, run_path: str | None, out: str | None, compare: 
     """Per-prompt jsonl (--out, else into the run directory) and, for --compare, RUN_DIR/eval_compare.json."""
     written = []
     if out is None and run_path:
-        out = os.path.join(run_path, COMPARE_PROMPTS_FILE if compare else PROMPTS_FILE)
+        out = os.path.join(run_path, rundir.EVAL_COMPARE_PROMPTS if compare else rundir.EVAL_PROMPTS)
     if out:
         folder = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(folder):
@@ -301,8 +299,8 @@ def write_results(result: dict, run_path: str | None, out: str | None, compare: 
         written.append(out)
     if compare and run_path:
         run = rundir.RunDir(run_path)
-        run.write_json(COMPARE_FILE, compare_summary(result))
-        written.append(run.file(COMPARE_FILE))
+        run.write_json(rundir.EVAL_COMPARE, compare_summary(result))
+        written.append(run.file(rundir.EVAL_COMPARE))
     return written
 
 

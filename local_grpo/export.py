@@ -273,7 +273,7 @@ def same_prompt_ids(tokenizer, other, config: Config, count: int) -> bool:
 def write_card(run, config: Config, folder: str, fmt: str, quant: str | None, result: dict) -> None:
     """README.md: base model, task, rewards and weights, GRPO settings, steps, eval results, reward curve."""
     summary = run.read_json(rundir.SUMMARY) or {}
-    compare = run.read_json("eval_compare.json")
+    compare = run.eval_compare()
     curve = plot_reward_curve(run.metrics(), os.path.join(folder, CURVE))
     g, d = config.grpo, config.data
     steps = summary.get("steps") or (run.metrics()[-1].get("step") if run.metrics() else None)

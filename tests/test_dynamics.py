@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from local_grpo import dynamics
 from local_grpo.dynamics import fixed_points, limit, limit_info, logit, predict, predict_dataset, sigmoid, trajectory
 from local_grpo.errors import UserError
-from local_grpo.predict_cli import register_cli
+from local_grpo.cli.predict import register_cli
 
 FAST = settings(max_examples=60, deadline=None)
 

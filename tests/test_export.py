@@ -154,7 +154,6 @@ def smollm2_run(tmp_path_factory) -> str:
     config.backend, config.output_dir = "hf", str(run_dir)
     config.data.num_train, config.data.num_heldout = 8, 2
     config.grpo.max_completion_length = 16
-    from local_grpo import train
 
     config = config_mod.fill_defaults(config)
     os.makedirs(run_dir / "adapter")

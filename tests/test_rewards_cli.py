@@ -1,11 +1,12 @@
-"""`rewards list` and `rewards score` through rewards.cli (the standalone entry point and register_cli)."""
+"""`local-grpo rewards list` and `rewards score` (local_grpo/cli/rewards.py)."""
 
 import argparse
 import json
 
 import pytest
 
-from rewards import cli
+from local_grpo.cli import main
+from local_grpo.cli import rewards as cli
 
 
 @pytest.fixture
@@ -29,16 +30,16 @@ def test_register_cli_sets_func_for_each_sub_command():
 
 
 def test_list_shows_every_builtin_with_params(capsys):
-    assert cli.main(["list"]) == 0
+    assert main(["rewards", "list"]) == 0
     out = capsys.readouterr().out
     assert "correct_numeric" in out and "params: tolerance=1e-06" in out
-    assert cli.main(["rewards", "list", "--json"]) == 0
+    assert main(["rewards", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)["rewards"]
     assert {"name", "summary", "params"} <= set(listed[0])
 
 
 def test_score_json_is_one_object_with_scores_and_summary(completions_file, capsys):
-    code = cli.main(["score", "--rewards", "format_soft:0.5,correct_numeric", "--completions", str(completions_file),
+    code = main(["rewards", "score", "--rewards", "format_soft:0.5,correct_numeric", "--completions", str(completions_file),
                      "--json"])
     out = capsys.readouterr().out
     assert code == 0 and out.count("\n") == 1
@@ -53,7 +54,7 @@ def test_score_json_is_one_object_with_scores_and_summary(completions_file, caps
 def test_score_reports_faults_of_a_user_reward(tmp_path, completions_file, capsys):
     user = tmp_path / "r.py"
     user.write_text("def broken(completions, **kw):\n    raise KeyError('x')\n")
-    assert cli.main(["score", "--rewards", f"{user}:broken:0", "--completions", str(completions_file), "--json"]) == 0
+    assert main(["rewards", "score", "--rewards", f"{user}:broken:0", "--completions", str(completions_file), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["summary"]["broken"]["fraction_none"] == 1.0
     assert report["summary"]["broken"]["faults"] == {"exception": 3}
@@ -61,7 +62,7 @@ def test_score_reports_faults_of_a_user_reward(tmp_path, completions_file, capsy
 
 
 def test_score_table_output(completions_file, capsys):
-    assert cli.main(["score", "--rewards", "correct_numeric", "--completions", str(completions_file)]) == 0
+    assert main(["rewards", "score", "--rewards", "correct_numeric", "--completions", str(completions_file)]) == 0
     out = capsys.readouterr().out
     assert "correct_numeric" in out and "mean 0.667" in out
 
@@ -72,7 +73,7 @@ def test_score_table_output(completions_file, capsys):
     (["score", "--rewards", "format_soft,,correct_numeric", "--completions", "x"], "--rewards: empty entry"),
 ])
 def test_bad_input_is_one_line_on_stderr_and_exit_2(argv, fragment, capsys, tmp_path):
-    code = cli.main(argv)
+    code = main(["rewards", *argv] if argv[0] != "rewards" else argv)
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     assert captured.err.count("\n") == 1 and fragment in captured.err
@@ -81,5 +82,5 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(argv, fragment, capsys, tmp_
 def test_bad_jsonl_line_names_file_and_line(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"completion": "a"}\nnot json\n{"completion": "b"}\n')
-    assert cli.main(["score", "--rewards", "format_soft", "--completions", str(path)]) == 2
+    assert main(["rewards", "score", "--rewards", "format_soft", "--completions", str(path)]) == 2
     assert f"{path}:2" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """Run directory: whole-line appends, torn-line tolerance, never overwriting, resume trimming."""
 
 import json
+import re
 import os
 
 import pytest
@@ -67,3 +68,69 @@ def test_unwritable_output_is_a_clear_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(UserError, match="not a directory"):
         RunDir.create(str(blocker))
+
+
+# --- the documented contract ---------------------------------------------------------------
+
+def _doc_section(title: str) -> str:
+    import pathlib
+
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "run-directory.md").read_text(encoding="utf-8")
+    if not title:
+        return text
+    start = text.index(f"## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else None]
+
+
+@pytest.mark.parametrize("title,record", [
+    ("MetricsRecord", "MetricsRecord"), ("CompletionRecord", "CompletionRecord"), ("EventRecord", "EventRecord")])
+def test_docs_list_every_field_of_each_record(title, record):
+    import dataclasses
+
+    from local_grpo import rundir
+
+    section = _doc_section(title)
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.MULTILINE))
+    assert documented == {f.name for f in dataclasses.fields(getattr(rundir, record))}
+
+
+def test_docs_list_every_file_and_event_type():
+    from local_grpo import rundir
+
+    files = _doc_section("Files")
+    documented = set(re.findall(r"^\| `([a-z_.]+)/?` \|", files, flags=re.MULTILINE))
+    assert documented == set(rundir.FILES)
+    events = _doc_section("EventRecord")
+    assert all(f"`{kind}`" in events for kind in rundir.EVENT_TYPES)
+
+
+def test_only_rundir_names_the_run_directory_files():
+    """File names are string literals in rundir.py alone (the app, eval, export and predict use its constants)."""
+    import ast
+    import pathlib
+
+    from local_grpo import rundir
+
+    root = pathlib.Path(__file__).parents[1]
+    names = set(rundir.FILES) - {rundir.ADAPTER, rundir.CHECKPOINTS}
+    offenders = []
+    for path in [*root.glob("local_grpo/**/*.py"), *root.glob("apps/**/*.py")]:
+        if path.name == "rundir.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in names:
+                offenders.append(f"{path.relative_to(root)}:{node.lineno} {node.value}")
+    assert offenders == []
+
+
+def test_completion_records_round_trip_as_documented(tmp_path):
+    from local_grpo import rundir
+
+    run = rundir.RunDir.create(str(tmp_path / "run"))
+    record = rundir.CompletionRecord(step=1, prompt="What is 2 + 2?", completion="Answer: 4", answer="4",
+                                     rewards={"correct_numeric": 1.0, "format_soft": None}, total=1.0, success=1)
+    run.append(rundir.COMPLETIONS, record.to_json())
+    assert run.completions() == [record.to_json()]
+    metrics = rundir.MetricsRecord(step=3, time=1.5, success=0.25, values={"reward": 0.5}).to_json()
+    assert metrics == {"step": 3, "reward": 0.5, "success": 0.25, "time": 1.5}

@@ -9,10 +9,11 @@ Must stay light to import: no torch, transformers or trl.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from local_grpo import dynamics
-from local_grpo.errors import UserError
+from .. import dynamics, rundir
+from ..errors import UserError
 
 DEFAULTS = {"kl": "ref", "norm": "meanstd", "alpha": 0.5, "eps": 1e-5, "steps": 50}
 SPARK_LEVELS = "_.-~=+*#"
@@ -86,19 +87,20 @@ def _run_from_dir(args) -> int:
 
 def read_p_refs(run_dir):
     """(p_refs, prompts, source) from RUN_DIR/p_ref.json, else from completions.jsonl's first step."""
-    p_ref_path = run_dir / "p_ref.json"
-    if p_ref_path.exists():
+    run = rundir.RunDir(str(run_dir))
+    p_ref_path = run.file(rundir.P_REF)
+    if os.path.exists(p_ref_path):
+        data = run.p_ref()
         try:
-            data = json.loads(p_ref_path.read_text())
             rows = data["per_prompt"]
             return [float(r["p_ref"]) for r in rows], [r.get("prompt") for r in rows], f"{p_ref_path} (k={data.get('k')})"
         except (ValueError, KeyError, TypeError) as err:
             raise UserError(f"{p_ref_path}: expected {{'k', 'per_prompt': [{{'prompt', 'p_ref'}}], 'mean'}} ({err})") from None
 
-    completions_path = run_dir / "completions.jsonl"
-    if not completions_path.exists():
+    completions_path = run.file(rundir.COMPLETIONS)
+    if not os.path.exists(completions_path):
         raise UserError(f"--from-run: {run_dir} has neither p_ref.json nor completions.jsonl")
-    records = [r for r in read_jsonl(completions_path) if isinstance(r, dict) and "step" in r]
+    records = [r for r in run.completions() if "step" in r]
     if not records:
         raise UserError(f"{completions_path}: no logged completions to measure p_ref from")
     first_step = min(r["step"] for r in records)
@@ -114,25 +116,9 @@ def read_p_refs(run_dir):
     return p_refs, prompts, f"{completions_path} (no p_ref.json: measured success at step {first_step})"
 
 
-def read_jsonl(path):
-    """Parsed lines of a jsonl file; a torn (partial) last line is skipped, a bad middle line is an error."""
-    lines = Path(path).read_text().splitlines()
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            if number == len(lines):
-                break  # the writer may be mid-line
-            raise UserError(f"{path}: line {number} is not valid JSON") from None
-    return records
-
-
 def params_from_config(run_dir, beta_given=False):
     """The predictor's kl/beta/norm/eps/alpha from RUN_DIR/config.yaml (TRL values mapped), or {}."""
-    config_path = run_dir / "config.yaml"
+    config_path = run_dir / rundir.CONFIG
     if not config_path.exists():
         return {}
     import yaml  # only --from-run needs it

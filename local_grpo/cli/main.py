@@ -9,27 +9,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import importlib
 import json
 import os
 import sys
 
-from . import config as config_mod
-from . import models
-from .errors import UserError
+from .. import config as config_mod
+from ..errors import UserError
 
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # reported as one line by main()
-
-# Feature modules that add their own sub-command with `register_cli(subparsers)`.
-COMMAND_MODULES = (
-    "local_grpo.evaluate",
-    "local_grpo.export",
-    "local_grpo.predict_cli",
-    "local_grpo.plan",
-    "apps.cli",
-    "rewards.cli",
-)
-
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage dump) and exit code 2."""
@@ -44,13 +31,10 @@ def build_parser() -> ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     add_train_command(sub)
     add_doctor_command(sub)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and name.startswith(exc.name):
-                continue  # that feature is not part of this install
-            raise
+    from .. import evaluate, export, plan
+    from . import app, predict, rewards
+
+    for module in (evaluate, export, predict, plan, app, rewards):
         module.register_cli(sub)
     return parser
 
@@ -69,7 +53,7 @@ def add_config_flags(parser: argparse.ArgumentParser, fields: dict | None = None
 
 def config_from_args(args) -> config_mod.Config:
     """Build the run config: preset < config file < flags."""
-    from .presets import apply_preset
+    from ..presets import apply_preset
 
     data = config_mod.read_yaml(args.config) if getattr(args, "config", None) else {}
     source = args.config or "flags"
@@ -113,7 +97,7 @@ def add_train_command(sub) -> None:
 
 
 def run_train(args) -> int:
-    from . import train
+    from .. import train
 
     config = config_from_args(args)
     if args.resume and not config.output_dir:
@@ -154,7 +138,7 @@ def add_doctor_command(sub) -> None:
 
 
 def doctor_report() -> dict:
-    from . import backends, models
+    from .. import backends, models
 
     report: dict = {"python": sys.version.split()[0], "cpu_count": os.cpu_count()}
     try:

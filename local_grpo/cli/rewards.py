@@ -4,7 +4,6 @@ probe rewards for hacks with a battery of known-wrong/known-right completions (r
 register_cli(subparsers) adds the `rewards` command; each sub-command sets func(args) -> exit code.
 Bad specs raise RewardSpecError (the main CLI prints it on one line and exits 2); a bad
 completions file is reported the same way here. With --json, stdout holds exactly one JSON object.
-Run standalone with `python -m rewards.cli ...`.
 """
 
 from __future__ import annotations
@@ -17,6 +16,9 @@ import sys
 
 from rewards.errors import RewardSpecError
 from rewards.registry import describe, load, name_uniquely, names, parse_reward_list
+
+from ..config import Config
+from ..data import load_examples
 
 BATCH_SIZE = 64
 
@@ -137,21 +139,13 @@ def score_command(args) -> int:
 
 
 def probe_rows(args) -> list[dict]:
-    """Prompt rows (question, answer, countdown columns) of --task or --dataset, loaded by local_grpo."""
-    from local_grpo.config import Config
-    from local_grpo.data import load_examples
-    from local_grpo.errors import UserError
-
+    """Prompt rows (question, answer, countdown columns) of --task or --dataset."""
     if args.n < 1:
         raise RewardSpecError(f"--n: must be at least 1, got {args.n}")
     config = Config()
     config.data.task, config.data.dataset = args.task or "arithmetic", args.dataset
     config.data.num_train, config.data.num_heldout = args.n, 0
-    try:
-        train_rows, _ = load_examples(config)
-    except UserError as error:
-        raise RewardSpecError(str(error)) from None
-    return train_rows[: args.n]
+    return load_examples(config)[0][: args.n]
 
 
 def probe_command(args) -> int:
@@ -192,22 +186,3 @@ def print_report(report: dict) -> None:
     for event in report["events"]:
         if event["type"] == "alert":
             print(f"alert: {event['message']}", file=sys.stderr)
-
-
-def main(argv=None) -> int:
-    """Standalone entry point: `python -m rewards.cli rewards list` or `python -m rewards.cli list`."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] != "rewards":
-        argv = ["rewards", *argv]
-    parser = argparse.ArgumentParser(prog="local-grpo")
-    register_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except RewardSpecError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
