@@ -25,3 +25,21 @@ def test_recipe_validates(path):
         if ".py:" in spec.name:
             continue  # an example user file
         assert callable(rewards.get(spec.name, **spec.params))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=os.path.basename)
+def test_recipe_builds_trls_grpo_config(path, tmp_path):
+    """The dry run `train` does before loading: every recipe's fields (grpo.trl included) reach GRPOConfig."""
+    from local_grpo.train import trainer
+
+    recipe = config.validate(config.fill_defaults(config.load(path)))
+    args = trainer.grpo_args(recipe, str(tmp_path), on_cuda=False, backend="hf")
+    for key, value in recipe.grpo.trl.items():
+        assert getattr(args, key) == value
+
+
+def test_gspo_and_clip_higher_recipes_set_their_trl_fields():
+    gspo = config.load(os.path.join(REPO, "configs", "gspo-cpu.yaml"))
+    assert gspo.grpo.trl["importance_sampling_level"] == "sequence"
+    clip_higher = config.load(os.path.join(REPO, "configs", "clip-higher-cpu.yaml"))
+    assert clip_higher.grpo.trl["epsilon_high"] > clip_higher.grpo.epsilon

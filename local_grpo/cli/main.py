@@ -67,6 +67,8 @@ def config_from_args(args) -> config_mod.Config:
         config.backend = args.backend
     if getattr(args, "output", None):
         config.output_dir = args.output
+    if getattr(args, "trl", None):
+        config.grpo.trl = {**config.grpo.trl, **trl_overrides(args.trl)}
     if getattr(args, "rewards", None):
         import rewards
 
@@ -76,6 +78,22 @@ def config_from_args(args) -> config_mod.Config:
             raise UserError(f"--rewards: {exc}") from None
         config.rewards = [config_mod.RewardSpec(name=name, weight=weight) for name, weight in parsed]
     return config
+
+
+def trl_overrides(items: list[str]) -> dict:
+    """{key: value} from --trl KEY=VALUE flags, each value read as YAML."""
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--trl: expected KEY=VALUE (a GRPOConfig field), got {item!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise UserError(f"--trl: {key.strip()}: cannot read the value {text!r}") from None
+    return out
 
 
 # --- train --------------------------------------------------------------------------------
@@ -92,6 +110,9 @@ def add_train_command(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     p.add_argument("--force", action="store_true", help="train even when the memory plan says it will not fit")
     p.add_argument("--json", action="store_true", help="print the final summary as one JSON object on stdout")
+    p.add_argument("--trl", action="append", metavar="KEY=VALUE", default=None,
+                   help="any other field of TRL's GRPOConfig (grpo.trl), e.g. --trl importance_sampling_level=sequence; "
+                        "repeatable; values are read as YAML (0.28, true, [a, b])")
     add_config_flags(p)
     p.set_defaults(func=run_train)
 

@@ -45,7 +45,7 @@ class RewardRecorder:
         self.reward_fns = rewards.name_uniquely(reward_fns)
         self.weights = list(weights)
         self.success_fn = success_fn
-        self.write = write and run is not None
+        self.write = write  # and only once a run directory is set
         self.step = 0
         self.batch = _Batch()
         self.success_window: list[float] = []  # per-completion success since the last log
@@ -88,7 +88,7 @@ class RewardRecorder:
 
     def _write_events(self, fn) -> None:
         for event in fn.drain_events():
-            if self.write:
+            if self.write and self.run is not None:
                 kind = event.pop("type", "reward_fault")
                 message = event.pop("message", "")
                 self.run.event(kind, message, step=self.step, **event)
@@ -116,7 +116,7 @@ class RewardRecorder:
                 total=round(total, 6),
                 success=success[i],
             ).to_json())
-        if self.write:
+        if self.write and self.run is not None:
             for record in records:
                 self.run.append(rundir.COMPLETIONS, record)
         for hook in self.on_scored:

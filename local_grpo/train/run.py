@@ -37,9 +37,9 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     trainer.check_kl_backend(config, backend)
     if backend == "unsloth":
         backends.import_unsloth()  # before trl: Unsloth patches it
-    on_cuda = backends.cuda_available()
+    checkpoints = os.path.join(config.output_dir, rundir.CHECKPOINTS)
+    args = trainer.grpo_args(config, checkpoints, backends.cuda_available(), backend)  # grpo.trl is checked here
     run, checkpoint, (train_rows, held_out) = open_run(config, resume=resume, overwrite=overwrite)
-    args = trainer.grpo_args(config, run.checkpoints_dir, on_cuda, backend)  # grpo.trl is checked here
     loaded = backends.load(config)
     recorder.run = run
     measured = p_ref.ensure_p_ref(run, config, loaded, held_out, recorder.success_fn)  # RUN_DIR/p_ref.json
