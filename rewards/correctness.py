@@ -18,7 +18,7 @@ import operator
 import re
 
 from rewards.extract import (after_last_marker, answer_region, completion_texts, echoes_prompt, gold_number,
-                             gold_text, has_words, hedged, numbers_match, offers_several_numbers, plain_number,
+                             gold_text, has_math_delimiters, has_words, hedged, numbers_match, offers_several_numbers, plain_number,
                              predicted_number, prompt_texts, stated_answer)
 from rewards.safe import note_fault
 
@@ -162,11 +162,11 @@ def math_text(region: str, tagged: bool) -> str:
 
 def latex_answer(answer: str) -> str:
     r"""A stated answer ready for math-verify: a bare formula ("\frac{\sqrt{505}}{7}", "(1, 19)") wrapped as $…$;
-    numbers, prose and text with its own $…$ as they are (math-verify finds the number or formula in them)."""
+    plain numbers without LaTeX, prose and text with its own $…$ as they are (math-verify finds the number in them)."""
     answer = " ".join(answer.split()).strip().rstrip(".;,!").strip()
-    if not answer or "$" in answer or "\\(" in answer or "\\[" in answer:
+    if not answer or has_math_delimiters(answer):
         return answer
-    if plain_number(answer) is not None or has_words(answer):
+    if (plain_number(answer) is not None and "\\" not in answer) or has_words(answer):
         return answer
     return f"${answer}$"
 

@@ -254,6 +254,34 @@ def plain_number(text: str) -> float | None:
     command ("5\sqrt{2}", "(1, 19)", "x = 5", "\begin{pmatrix}…"), so it is never read as its
     first or last number.
     """
+    token = plain_number_match(text)
+    if token is None:
+        return None
+    if "den" in token.groupdict() and "num" in token.groupdict():
+        return fraction_value(token)
+    try:
+        return number_from_match(token)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+
+
+def plain_number_latex(text: str) -> str | None:
+    r"""plain_number's number as bare LaTeX ("$1,234.50" → "1234.50", "−\dfrac{1}{2}" → "-\frac{1}{2}", "50%" → "50\%"), or None."""
+    token = plain_number_match(text)
+    if token is None or plain_number(text) is None:
+        return None
+    groups = token.groupdict()
+    sign = "-" if groups.get("sign") or groups.get("sign2") else ""
+    if "num" in groups:
+        return f"{sign}\\frac{{{groups['num']}}}{{{groups['den']}}}"
+    number = groups["int"].replace(",", "") + (groups["frac"] or "")
+    if groups["den"]:
+        number = f"\\frac{{{number}}}{{{groups['den']}}}"
+    return sign + number + ("\\%" if groups["percent"] else "")
+
+
+def plain_number_match(text: str) -> re.Match | None:
+    """The one SIGNED_FRAC or NUMBER match of a plain number (see plain_number), or None."""
     flat = TEXT_WRAPPER.sub(r" \1 ", str(text))
     flat = LATEX_SPACING.sub(" ", DEGREES.sub("", flat)).replace("\\$", "$").replace("\\%", "%")
     flat = re.sub(r"\*\*|`|\$", " ", flat)
@@ -265,12 +293,7 @@ def plain_number(text: str) -> float | None:
     rest = flat[: token.start()] + " " + flat[token.end():]
     if STRUCTURE_CHARS.search(rest) or re.match(r"[A-Za-z]", flat[token.end():]):
         return None
-    if fractions:
-        return fraction_value(token)
-    try:
-        return number_from_match(token)
-    except (ValueError, ZeroDivisionError, OverflowError):
-        return None
+    return token
 
 
 def has_words(text: str) -> bool:
@@ -278,6 +301,11 @@ def has_words(text: str) -> bool:
     bare = re.sub(r"\\(?:begin|end|operatorname|mathbb|mathcal|mathfrak)\s*\{[^{}]*\}", " ", TEXT_WRAPPER.sub(" ", str(text)))
     bare = re.sub(r"\\[A-Za-z]+", " ", bare)
     return any(word.lower() not in MATH_WORDS for word in re.findall(r"[A-Za-z]{3,}", bare))
+
+
+def has_math_delimiters(text: str) -> bool:
+    r"""True when text marks its own math ($…$, \(…\), \[…\]); an escaped \$ is a currency sign, not a delimiter."""
+    return bool(re.search(r"(?<!\\)\$|\\\(|\\\[", text))
 
 
 def answer_phrase(tail: str) -> str:

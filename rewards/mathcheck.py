@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from fractions import Fraction
 
-from rewards.extract import boxed_contents, has_words, plain_number
+from rewards.extract import boxed_contents, has_math_delimiters, has_words, plain_number_latex
 
 PLAIN_INTEGER = re.compile(r"\s*-?\d+\s*")
 POOL_LOCK = threading.Lock()
@@ -45,23 +45,23 @@ def gold_config():
 def parsed_gold(gold: str):
     r"""The gold answer parsed once per child, whole, or [] when it cannot be judged (no signal-based timeout).
 
-    The last \boxed{} of the gold is the gold. A plain number ("1,234", "12 dollars") is read by
-    math-verify's defaults. A gold in words ("forty two") is []: wrapping it as LaTeX would make it a
-    product of letters. Any other gold is parsed as one LaTeX formula, so a matrix, tuple, interval,
-    set, equation or expression is compared as a whole, never as its last number.
+    The last \boxed{} of the gold is the gold. A plain number ("1,234", "12 dollars") is parsed as
+    that one number. A gold in words ("forty two") is []: read as LaTeX it would be a product of
+    letters. Any other gold is parsed as one LaTeX formula, so a matrix, tuple, interval, set,
+    equation or expression is compared as a whole, never as its last number.
     """
     from math_verify import parse
 
     boxes = boxed_contents(gold)
     text = " ".join((boxes[-1] if boxes else gold).split())
-    parsed = []
-    if plain_number(text) is not None:
-        parsed = parse(text, parsing_timeout=None)
+    number = plain_number_latex(text)
+    if number is not None:
+        source = f"${number}$"
     elif has_words(text):
         return []
-    if not judged(parsed):
-        delimited = "$" in text or "\\(" in text or "\\[" in text
-        parsed = parse(text if delimited else f"${text}$", extraction_config=gold_config(), parsing_timeout=None)
+    else:
+        source = text if has_math_delimiters(text) else f"${text}$"
+    parsed = parse(source, extraction_config=gold_config(), parsing_timeout=None)
     return parsed if judged(parsed) else []
 
 
