@@ -287,6 +287,7 @@ MULTI_ANSWER_CASES = [
     ("\\boxed{72}\nAnswer: 5", "72", 1.0),
     ("Answer: 5\nAnswer: 72", "72", 1.0),
     ("Answer: 72\nAnswer: 5", "72", 0.0),
+    ("\\boxed{72, 5}", "72", 0.0),  # one stated answer offering several values is wrong
 ]
 
 
