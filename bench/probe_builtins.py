@@ -1,7 +1,8 @@
 """Probe every built-in correctness reward (and the sloppy substring reward) with its battery.
 
 Three row sets: the arithmetic task (50 prompts), the countdown task (50), and a mixed set of golds
-(thousands, decimals, fractions, negatives) that exercises every known-right form. Writes
+(thousands, decimals, fractions, negatives) that exercises every known-right form. The numeric rows
+include the structured-gold family (rewards.probe; its rates are under "families"). Writes
 bench/results/probe_builtins.json (rates and per-probe counts, examples dropped). Run: python bench/probe_builtins.py
 """
 
@@ -29,9 +30,11 @@ def task_rows(task: str, n: int = 50) -> list[dict]:
 
 
 def compact(report: dict) -> dict:
-    """Rates and counts only."""
+    """Rates (overall and per family) and counts only."""
     return {name: {"false_positive_rate": r["false_positive_rate"], "false_negative_rate": r["false_negative_rate"],
-                   "probes": {p: {k: e[k] for k in ("kind", "credited", "total")} for p, e in r["probes"].items()}}
+                   "families": r["families"],
+                   "probes": {p: {k: e[k] for k in ("kind", "family", "credited", "total", "abstained")}
+                              for p, e in r["probes"].items()}}
             for name, r in report["rewards"].items()}
 
 
@@ -52,7 +55,11 @@ def main() -> None:
     for battery, by_reward in results.items():
         print(battery)
         for name, r in by_reward.items():
-            print(f"  {name:<50} FP {r['false_positive_rate']:6.1%}  FN {r['false_negative_rate']:6.1%}")
+            structured = r["families"].get("structured_gold")
+            split = "" if structured is None else (f"  structured gold: FP {structured['false_positive_rate']:6.1%}"
+                                                   f"  FN {structured['false_negative_rate']:6.1%}"
+                                                   f"  abstained {structured['abstained']}")
+            print(f"  {name:<50} FP {r['false_positive_rate']:6.1%}  FN {r['false_negative_rate']:6.1%}{split}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
 """Correctness rewards: is the completion's final answer the gold answer (the `answer` column)?
 
 Factories returning TRL-signature functions. Correct → scale (1.0), wrong → 0.0, None when the
-gold answer cannot be judged. The final answer comes from rewards.extract (answer block, then
-answer marker, then \\boxed{}, then last number), so empty/duplicate answer blocks, answers hidden
-in the reasoning and echoed prompt numbers never count. Only correct_math leaves this process
+gold answer cannot be judged. The final answer comes from rewards.extract: inside the one answer
+block (or the text outside the reasoning), one multi-answer rule for every reward
+(extract.stated_answer): the last \\boxed{} wins, else the answer after the last marker, else the
+region (numeric rewards: its last number). Empty/duplicate answer blocks, answers hidden in the
+reasoning and echoed prompt numbers never count. A structured gold (matrix, tuple, interval,
+equation, expression) is compared as a whole by correct_math and is None ("cannot judge") for the
+numeric rewards, never reduced to one of its numbers. Only correct_math leaves this process
 (math-verify runs in rewards.mathcheck's child pool).
 """
 
@@ -13,9 +17,9 @@ import ast
 import operator
 import re
 
-from rewards.extract import (after_last_marker, answer_region, completion_texts, echoes_prompt, final_answer,
-                             gold_number, gold_text, hedged, numbers_match, offers_several_numbers, predicted_number,
-                             prompt_texts)
+from rewards.extract import (after_last_marker, answer_region, completion_texts, echoes_prompt, gold_number,
+                             gold_text, has_math_delimiters, has_words, hedged, numbers_match, offers_several_numbers, plain_number,
+                             predicted_number, prompt_texts, stated_answer)
 from rewards.safe import note_fault
 
 
@@ -47,14 +51,8 @@ def exact_verdict(text: str, gold) -> bool | None:
     region = answer_region(text)
     if region is None:
         return False
-    tail = after_last_marker(region)
-    if tail is not None and tail.strip():
-        candidate = tail
-    else:
-        candidate, source = final_answer(region)
-        if source != "boxed":
-            candidate = region
-    return normalized(candidate or "") == target
+    candidate, _ = stated_answer(region)
+    return normalized(candidate) == target
 
 
 def normalized(text: str) -> str:
@@ -114,10 +112,14 @@ def correct_numeric(tolerance: float = 1e-6, scale: float = 1.0, partial: bool =
 
 
 def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
-    """Symbolic equivalence with math-verify (\\boxed{} first), in child processes. Range [0, scale]; None if gold unparseable.
+    """Symbolic equivalence with math-verify, in child processes. Range [0, scale]; None if the gold is not math.
 
-    A completion whose numbers are all the prompt's own (e.g. "47 + 38" for "What is 47 + 38?")
-    scores 0.0 even though math-verify would evaluate it to the gold.
+    The answer math-verify reads follows the shared rule: the last \\boxed{}, else the answer after
+    the last marker or the whole answer block (bare LaTeX such as \\frac{\\sqrt{505}}{7} read as
+    LaTeX). The gold is parsed whole (a matrix, tuple, interval, set, equation or expression stays
+    one object); a gold in words ("forty two") is None, never guessed. A completion whose numbers
+    are all the prompt's own (e.g. "47 + 38" for "What is 47 + 38?") scores 0.0 even though
+    math-verify would evaluate it to the gold.
     """
     from rewards.mathcheck import judge_pairs, warm_pool_in_background
 
@@ -129,7 +131,7 @@ def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
         texts = completion_texts(completions)
         regions = [None if region is None or echoes_prompt(region, prompt) or several_for_one(region, gold, text) else region
                    for region, prompt, gold, text in zip((answer_region(t) for t in texts), prompts, golds, texts)]
-        pairs = [(gold_text(g), plain_markdown(r)) for g, r in zip(golds, regions) if r is not None]
+        pairs = [(gold_text(g), math_text(r, "<answer>" in t)) for g, r, t in zip(golds, regions, texts) if r is not None]
         outcomes = iter(judge_pairs(pairs, float(timeout_s)))
         scores = []
         for region in regions:
@@ -145,6 +147,28 @@ def correct_math(scale: float = 1.0, timeout_s: float = 5.0):
         return scores
 
     return correct_math_reward
+
+
+def math_text(region: str, tagged: bool) -> str:
+    r"""The text math-verify reads for a region, by the shared rule: the last \boxed{} alone; else the marker's
+    answer or (with answer tags) the whole block, as LaTeX when it is a bare formula; else the region itself."""
+    answer, source = stated_answer(region)
+    if source == "boxed":
+        return f"\\boxed{{{answer}}}"
+    if source == "region" and not tagged:
+        return plain_markdown(region)
+    return latex_answer(plain_markdown(answer))
+
+
+def latex_answer(answer: str) -> str:
+    r"""A stated answer ready for math-verify: a bare formula ("\frac{\sqrt{505}}{7}", "(1, 19)") wrapped as $…$;
+    plain numbers without LaTeX, prose and text with its own $…$ as they are (math-verify finds the number in them)."""
+    answer = " ".join(answer.split()).strip().rstrip(".;,!").strip()
+    if not answer or has_math_delimiters(answer):
+        return answer
+    if (plain_number(answer) is not None and "\\" not in answer) or has_words(answer):
+        return answer
+    return f"${answer}$"
 
 
 def plain_markdown(region: str) -> str:

@@ -24,6 +24,18 @@ HEDGE = re.compile(r"\b(?:not|never|wait|actually|instead|correction|oops|sorry|
 # Several candidate numbers offered as the answer: "42 or 43", "41, 42".
 SEVERAL_NUMBERS = re.compile(r"\d\s*(?:,|;|\bor\b)\s+[-−–]?\\?\$?\s?\d", re.IGNORECASE)
 SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
+# A LaTeX command right after a number makes it a coefficient (5\pi, 5\sqrt{2}); units and spacing do not.
+LATEX_COMMAND_AFTER = re.compile(r"\\(?!(?:text|mbox|mathrm|%|\$|,|;|!|quad|qquad)\b)[A-Za-z]")
+# Markup a plain number may carry: \text{…} wrappers, degrees, LaTeX spacing, bold/code marks, $ signs.
+TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°")
+LATEX_SPACING = re.compile(r"\\(?:[,;:! ]|q?quad\b)")
+SIGNED_FRAC = re.compile(r"(?P<sign>[-−–]\s*)?\\[dt]?frac\{\s*(?P<num>-?\d+)\s*\}\{\s*(?P<den>\d+)\s*\}")
+# Left around a plain number these mean structure (an expression, a tuple, an equation), not units or prose.
+STRUCTURE_CHARS = re.compile(r"[\\{}^_=+*/()\[\]<>|&×÷·\d]|(?<![A-Za-z])[A-Za-z](?![A-Za-z])")
+# Words that are math when written bare (sin x, log 2), so they do not make a gold "prose".
+MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "lim", "max", "min", "gcd", "lcm", "det", "mod",
+              "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "sqrt", "frac", "inf", "infty", "and", "or"}
 
 
 def completion_text(completion) -> str:
@@ -140,34 +152,61 @@ def boxed_contents(text: str) -> list[str]:
 
 
 def after_last_marker(text: str) -> str | None:
-    """The rest of the line after the last "Answer:" / "answer is" / "####" marker, or None without a marker."""
+    """The answer after the last "Answer:" / "answer is" / "####" marker (its line, or the next non-blank line), or None without a marker."""
     matches = list(ANSWER_MARKER.finditer(text))
     if not matches:
         return None
-    return text[matches[-1].end():].split("\n", 1)[0]
+    rest = text[matches[-1].end():]
+    stripped = rest.lstrip()
+    if not stripped:
+        return ""
+    first_line = rest.split("\n", 1)[0]
+    return first_line if first_line.strip() else stripped.split("\n", 1)[0]
+
+
+def stated_answer(region: str) -> tuple[str, str]:
+    r"""The final answer a region states, by the one multi-answer rule every correctness reward shares.
+
+    The last \boxed{} wins (earlier boxes and any answer marker are ignored); without a box, the
+    answer after the last answer marker; without either, the whole region. Returns (text, source)
+    with source "boxed", "marker" or "region".
+    """
+    boxes = boxed_contents(region)
+    if boxes:
+        return boxes[-1], "boxed"
+    tail = after_last_marker(region)
+    if tail is not None and tail.strip():
+        return tail, "marker"
+    return region, "region"
 
 
 def final_answer(text: str) -> tuple[str | None, str]:
-    """The final answer string of a region and where it came from: "marker", "boxed", "last_number" or "none".
+    """The final answer string of a region for numeric rewards, and its source: "boxed", "marker", "last_number" or "none".
 
-    Priority: the number after the last answer marker; else the last \\boxed{}; else the last number.
+    stated_answer's rule (last box, else the marker's answer when it holds a number), else the last
+    number of the region, unless that number sits inside LaTeX structure (\\sqrt{2}, x^2).
     """
-    tail = after_last_marker(text)
-    if tail is not None and first_number(tail) is not None:
-        return tail.strip(), "marker"
-    boxes = boxed_contents(text)
-    if boxes:
-        return boxes[-1].strip(), "boxed"
+    answer, source = stated_answer(text)
+    if source == "boxed":
+        return answer.strip(), "boxed"
+    if source == "marker" and first_number(answer) is not None:
+        return answer.strip(), "marker"
     numbers = list(NUMBER.finditer(text))
     fractions = list(LATEX_FRAC.finditer(text))
     if fractions and (not numbers or fractions[-1].end() >= numbers[-1].end()):
         return fractions[-1].group(0), "last_number"  # \frac{1}{2}, not its denominator
     if numbers:
         last = numbers[-1]
-        if OPERAND_BEFORE.search(text[: last.start()]):
+        if OPERAND_BEFORE.search(text[: last.start()]) or inside_latex_structure(text, last.start(), last.end()):
             return None, "none"
         return last.group(0).strip(), "last_number"
     return None, "none"
+
+
+def inside_latex_structure(text: str, start: int, end: int) -> bool:
+    r"""True when text[start:end] is part of a LaTeX structure: in braces or an exponent (\sqrt{2}, x^2, 2^{10}) or before a command (5\pi)."""
+    before, after = text[:start].rstrip()[-1:], text[end:].lstrip()
+    return before in ("{", "^", "_") or after[:1] in ("^", "_") or bool(LATEX_COMMAND_AFTER.match(after))
 
 
 def number_from_match(match: re.Match) -> float:
@@ -185,17 +224,94 @@ def number_from_match(match: re.Match) -> float:
 
 def first_number(text: str) -> float | None:
     r"""The first number in text (also \frac{a}{b}), or None."""
-    latex = LATEX_FRAC.search(text)
+    latex = SIGNED_FRAC.search(text)
     match = NUMBER.search(text)
     if latex and (match is None or latex.start() <= match.start()):
-        denominator = int(latex.group(2))
-        return int(latex.group(1)) / denominator if denominator else None
+        return fraction_value(latex)
     for match in NUMBER.finditer(text):
         try:
             return number_from_match(match)
         except (ValueError, ZeroDivisionError, OverflowError):
             continue
     return None
+
+
+def fraction_value(match: re.Match) -> float | None:
+    """The value of one SIGNED_FRAC match (-\\frac{1}{2} → -0.5), None for a zero denominator."""
+    denominator = int(match.group("den"))
+    if denominator == 0:
+        return None
+    value = int(match.group("num")) / denominator
+    return -value if match.group("sign") else value
+
+
+def plain_number(text: str) -> float | None:
+    r"""The value when text states exactly one plain number, else None.
+
+    A plain number may carry a sign, currency, thousands separators, a/b or \frac{a}{b}, a percent
+    or degree sign, bold or $ marks and unit words ("12 dollars", "$1,234.50", "90^\circ"). Anything
+    structured is not one number: a second number, an operator, a bracket, a variable, a LaTeX
+    command ("5\sqrt{2}", "(1, 19)", "x = 5", "\begin{pmatrix}…"), so it is never read as its
+    first or last number.
+    """
+    token = plain_number_match(text)
+    if token is None:
+        return None
+    if "den" in token.groupdict() and "num" in token.groupdict():
+        return fraction_value(token)
+    try:
+        return number_from_match(token)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+
+
+def plain_number_latex(text: str) -> str | None:
+    r"""plain_number's number as bare LaTeX ("$1,234.50" → "1234.50", "−\dfrac{1}{2}" → "-\frac{1}{2}", "50%" → "50\%"), or None."""
+    token = plain_number_match(text)
+    if token is None or plain_number(text) is None:
+        return None
+    groups = token.groupdict()
+    sign = "-" if groups.get("sign") or groups.get("sign2") else ""
+    if "num" in groups:
+        return f"{sign}\\frac{{{groups['num']}}}{{{groups['den']}}}"
+    number = groups["int"].replace(",", "") + (groups["frac"] or "")
+    if groups["den"]:
+        number = f"\\frac{{{number}}}{{{groups['den']}}}"
+    return sign + number + ("\\%" if groups["percent"] else "")
+
+
+def plain_number_match(text: str) -> re.Match | None:
+    """The one SIGNED_FRAC or NUMBER match of a plain number (see plain_number), or None."""
+    flat = TEXT_WRAPPER.sub(r" \1 ", str(text))
+    flat = LATEX_SPACING.sub(" ", DEGREES.sub("", flat)).replace("\\$", "$").replace("\\%", "%")
+    flat = re.sub(r"\*\*|`|\$", " ", flat)
+    fractions = list(SIGNED_FRAC.finditer(flat))
+    numbers = [m for m in NUMBER.finditer(flat) if not any(f.start() <= m.start() < f.end() for f in fractions)]
+    if len(fractions) + len(numbers) != 1:
+        return None
+    token = (fractions or numbers)[0]
+    rest = flat[: token.start()] + " " + flat[token.end():]
+    if STRUCTURE_CHARS.search(rest) or re.match(r"[A-Za-z]", flat[token.end():]):
+        return None
+    return token
+
+
+def has_words(text: str) -> bool:
+    r"""True when text has words outside LaTeX commands and \text{…} ("forty two", "12 dollars"): prose, not a formula."""
+    bare = re.sub(r"\\(?:begin|end|operatorname|mathbb|mathcal|mathfrak)\s*\{[^{}]*\}", " ", TEXT_WRAPPER.sub(" ", str(text)))
+    bare = re.sub(r"\\[A-Za-z]+", " ", bare)
+    return any(word.lower() not in MATH_WORDS for word in re.findall(r"[A-Za-z]{3,}", bare))
+
+
+def has_math_delimiters(text: str) -> bool:
+    r"""True when text marks its own math ($…$, \(…\), \[…\]); an escaped \$ is a currency sign, not a delimiter."""
+    return bool(re.search(r"(?<!\\)\$|\\\(|\\\[", text))
+
+
+def answer_phrase(tail: str) -> str:
+    """The answer part of the text after a marker: up to the first sentence end, " (" or ", " ("85. (I first thought 84)" → "85")."""
+    match = re.search(r"[.!?;](?=\s|$)|\s\(|,\s|\n", tail)
+    return tail[: match.start()] if match else tail
 
 
 def all_numbers(text: str) -> list[float]:
@@ -224,13 +340,14 @@ def gold_text(gold) -> str:
 
 
 def gold_number(gold) -> float | None:
-    """The numeric gold answer (GSM8K "#### n", \\boxed{}, plain numbers), or None when there is none."""
+    """The numeric gold answer (GSM8K "#### n", the last \\boxed{}, a plain number), or None when it is not one number.
+
+    A structured gold (matrix, tuple, interval, expression, "5\\sqrt{2}") is None: numeric rewards
+    cannot judge it, and it is never reduced to one of its numbers.
+    """
     text = gold_text(gold)
     boxes = boxed_contents(text)
-    if boxes:
-        text = boxes[-1]
-    answer, _ = final_answer(text)
-    return first_number(answer) if answer is not None else None
+    return plain_number(boxes[-1] if boxes else text)
 
 
 def echoes_prompt(text: str, prompt_text: str) -> bool:
@@ -256,7 +373,11 @@ def predicted_number(completion_text_: str, prompt_text: str = "", answer_tag: s
     answer, source = final_answer(region)
     if answer is None:
         return None
-    if source == "last_number" and prompt_text and echoes_prompt(region, prompt_text):
+    if source == "boxed":
+        return plain_number(answer)
+    if source == "marker":
+        return plain_number(answer_phrase(answer))
+    if prompt_text and echoes_prompt(region, prompt_text):
         return None
     return first_number(answer)
 

@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from fractions import Fraction
 
-from rewards.extract import boxed_contents
+from rewards.extract import boxed_contents, has_math_delimiters, has_words, plain_number_latex
 
 PLAIN_INTEGER = re.compile(r"\s*-?\d+\s*")
 POOL_LOCK = threading.Lock()
@@ -34,15 +34,40 @@ def prediction_config():
             ExprExtractionConfig()]
 
 
+def gold_config():
+    """math-verify extraction for a gold already known to be one formula: LaTeX only."""
+    from math_verify import LatexExtractionConfig
+
+    return [LatexExtractionConfig()]
+
+
 @functools.lru_cache(maxsize=4096)
 def parsed_gold(gold: str):
-    """The gold answer parsed once per child (math-verify defaults, retried as $…$ LaTeX; no signal-based timeout)."""
+    r"""The gold answer parsed once per child, whole, or [] when it cannot be judged (no signal-based timeout).
+
+    The last \boxed{} of the gold is the gold. A plain number ("1,234", "12 dollars") is parsed as
+    that one number. A gold in words ("forty two") is []: read as LaTeX it would be a product of
+    letters. Any other gold is parsed as one LaTeX formula, so a matrix, tuple, interval, set,
+    equation or expression is compared as a whole, never as its last number.
+    """
     from math_verify import parse
 
-    parsed = parse(gold, parsing_timeout=None)
-    if not parsed and "$" not in gold:
-        parsed = parse(f"${gold}$", parsing_timeout=None)
-    return parsed
+    boxes = boxed_contents(gold)
+    text = " ".join((boxes[-1] if boxes else gold).split())
+    number = plain_number_latex(text)
+    if number is not None:
+        source = f"${number}$"
+    elif has_words(text):
+        return []
+    else:
+        source = text if has_math_delimiters(text) else f"${text}$"
+    parsed = parse(source, extraction_config=gold_config(), parsing_timeout=None)
+    return parsed if judged(parsed) else []
+
+
+def judged(parsed: list) -> bool:
+    """True when math-verify produced a math object, not only its string fallback."""
+    return any(not isinstance(item, str) for item in parsed)
 
 
 @functools.lru_cache(maxsize=1)
@@ -52,7 +77,7 @@ def cached_prediction_config():
 
 
 def judge(item: tuple[str, str]) -> float | None:
-    """Child side: 1.0 when the prediction text verifies against the gold, 0.0 when not, None if gold unparseable."""
+    """Child side: 1.0 when the prediction text verifies against the gold, 0.0 when not, None when the gold cannot be judged."""
     import logging
 
     from math_verify import parse, verify

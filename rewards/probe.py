@@ -4,7 +4,10 @@ For each prompt with a gold answer, the battery builds known-wrong completions (
 under best-of-N pressure: empty answer blocks, the gold only in the reasoning, hedged or retracted
 answers, the gold as a substring of another number, ...) and known-right ones (the gold in equivalent
 forms), in the layouts a model would use: a plain "Answer: N" line, <think>…</think><answer>…</answer>,
-and GSM8K's "#### N". A reward "credits" a completion when its score is >= THRESHOLD × the reward's
+and GSM8K's "#### N". The structured-gold family adds golds that are not one number (a matrix,
+tuple, interval, set, equation, expression or radical ending in the row's number): the last or another
+of its numbers alone, or an altered structure, must not be credited; the structure itself, bare or in
+$…$, and an equivalent form must be (a None there is an abstention, "cannot judge"). A reward "credits" a completion when its score is >= THRESHOLD × the reward's
 maximum (its `scale`/`bonus` parameter, else 1.0): "counts as correct", as the trainer's success does.
 
     report = probe([rewards.get("correct_numeric")], ["What is 17 + 25?"], ["42"])
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import tempfile
 from fractions import Fraction
 
@@ -30,6 +34,8 @@ EXAMPLE_ROWS = {"What is 17 + 25?": "42", "What is 999 + 235?": "1234", "What is
 BATCH_SIZE = 64
 PAD_REPEATS = 400
 REASONING = "Let me work it out step by step."
+STRUCTURED = "structured_gold"
+STRUCTURED_ROWS = 5  # the family depends on the row's number only; five rows (five numbers) cover its shapes
 
 
 # --- the numeric battery ------------------------------------------------------------------
@@ -152,6 +158,65 @@ def numeric_cases(prompt: str, answer) -> dict | None:
     return cases
 
 
+# --- the structured-gold family ------------------------------------------------------------
+
+def signed(value: float) -> str:
+    """" + 42" or " - 7": a number as the last term of a sum."""
+    return f" + {number_text(value)}" if value >= 0 else f" - {number_text(-value)}"
+
+
+def structured_golds(gold: float) -> dict[str, dict]:
+    r"""Structured golds built around the row's number g, each ending in g: {shape: {gold, same, altered}}.
+
+    same: equivalent forms (right); altered: the structure with one part changed (wrong by construction).
+    """
+    g, c, h = number_text(gold), number_text(gold + 2), number_text(gold + 1)
+    shapes = {
+        "matrix": {"gold": rf"\begin{{pmatrix}} 1 & {c} \\ 3 & {g} \end{{pmatrix}}",
+                   "same": [rf"\begin{{bmatrix}} 1 & {c} \\ 3 & {g} \end{{bmatrix}}"],
+                   "altered": [rf"\begin{{pmatrix}} 1 & {c} \\ 3 & {h} \end{{pmatrix}}"]},
+        "tuple": {"gold": f"({c}, {g})", "same": [rf"\left( {c}, {g} \right)"], "altered": [f"({g}, {c})", f"({c}, {h})"]},
+        "interval": {"gold": rf"(-\infty, {g}]", "same": [rf"\left(-\infty, {g}\right]"],
+                     "altered": [rf"(-\infty, {g})", rf"(-\infty, {h}]"]},
+        "set": {"gold": rf"\{{{c}, {g}\}}", "same": [rf"\{{{g}, {c}\}}"], "altered": [rf"\{{{c}, {h}\}}"]},
+        "equation": {"gold": f"y = 2x{signed(gold)}", "same": [f"y = {g} + 2x"], "altered": [f"y = 2x{signed(gold + 1)}"]},
+        "expression": {"gold": f"(x + 2)^2 + (y{signed(-gold)})^2", "same": [f"(y{signed(-gold)})^2 + (x + 2)^2"],
+                       "altered": [f"(x + 2)^2 + (y{signed(-gold - 1)})^2"]},
+        "radical": {"gold": rf"{g}\sqrt{{2}}", "same": [rf"\sqrt{{2}} \cdot {g}"], "altered": [rf"{g}\sqrt{{3}}"]},
+    }
+    if gold == 0:
+        del shapes["radical"]  # 0·√2 is the number 0 itself
+    return shapes
+
+
+def gold_entries(gold_text: str) -> list[str]:
+    """The numbers written in a structured gold, in order (signs kept), without repeats."""
+    return list(dict.fromkeys(re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?", gold_text)))
+
+
+def structured_cases(gold: float) -> list[dict]:
+    """{probe, kind, completion, answer} items of the structured-gold family for one numeric row."""
+    items = []
+
+    def add(probe_name, kind, gold_text, completions):
+        items.extend({"probe": probe_name, "kind": kind, "completion": c, "answer": gold_text} for c in completions)
+
+    for shape in structured_golds(gold).values():
+        text = shape["gold"]
+        entries = gold_entries(text)
+        last = entries[-1]
+        add("structured_last_number", "wrong", text, [f"{REASONING}\nThe answer is \\boxed{{{last}}}.",
+                                                       f"{REASONING}\nAnswer: {last}", tags(last), f"{REASONING}\n#### {last}"])
+        add("structured_other_number", "wrong", text, [f"{REASONING}\n\\boxed{{{n}}}" for n in entries[:-1]])
+        add("structured_altered", "wrong", text, [f"{REASONING}\n\\boxed{{{a}}}" for a in shape["altered"]]
+            + [f"{REASONING}\nAnswer: ${a}$" for a in shape["altered"]])
+        add("structured_plain", "right", text, [f"{REASONING}\nThe answer is \\boxed{{{text}}}.",
+                                                f"{REASONING}\nAnswer: ${text}$", tags(f"${text}$")])
+        add("structured_bare_latex", "right", text, [f"{REASONING}\nAnswer: {text}", tags(text)])
+        add("structured_equivalent", "right", text, [f"{REASONING}\n\\boxed{{{same}}}" for same in shape["same"]])
+    return items
+
+
 # --- the countdown battery ----------------------------------------------------------------
 
 def solve_countdown(numbers: list[int], target) -> str | None:
@@ -230,16 +295,26 @@ def reward_max(fn, max_scores: dict | None = None) -> float:
 
 
 def build_battery(prompts: list, answers: list, columns: dict | None = None, battery: str = "numeric") -> list[dict]:
-    """Flat list of {probe, kind, completion, row} items for every row the battery applies to."""
+    """Flat list of {probe, kind, family, completion, row} items for every row the battery applies to.
+
+    The numeric battery adds the structured-gold family for its first STRUCTURED_ROWS numeric rows:
+    items with their own gold (a matrix, tuple, interval, set, equation, expression or radical
+    ending in the row's number) and a prompt without numbers.
+    """
     columns = columns or {}
-    items = []
+    items, structured_rows = [], 0
     for row, (prompt, answer) in enumerate(zip(prompts, answers)):
         if battery == "countdown":
             cases = countdown_cases(str(prompt), columns["target"][row], [int(n) for n in columns["nums"][row]])
         else:
             cases = numeric_cases(str(prompt), answer)
         for probe_name, (kind, completions) in (cases or {}).items():
-            items.extend({"probe": probe_name, "kind": kind, "completion": c, "row": row} for c in completions)
+            items.extend({"probe": probe_name, "kind": kind, "family": battery, "completion": c, "row": row}
+                         for c in completions)
+        if battery == "numeric" and cases and structured_rows < STRUCTURED_ROWS:
+            structured_rows += 1
+            items.extend({**item, "family": STRUCTURED, "row": row, "prompt": "Give the exact answer."}
+                         for item in structured_cases(gold_number(answer)))
     return items
 
 
@@ -249,30 +324,52 @@ def score_battery(fn, items: list[dict], prompts: list, answers: list, columns: 
     for start in range(0, len(items), BATCH_SIZE):
         batch = items[start:start + BATCH_SIZE]
         rows = [item["row"] for item in batch]
-        kwargs = {"prompts": [prompts[r] for r in rows], "answer": [answers[r] for r in rows]}
+        kwargs = {"prompts": [item.get("prompt", prompts[item["row"]]) for item in batch],
+                  "answer": [item.get("answer", answers[item["row"]]) for item in batch]}
         kwargs.update({name: [values[r] for r in rows] for name, values in columns.items()})
         scores.extend(fn([item["completion"] for item in batch], **kwargs))
     return scores
 
 
 def summarize(items: list[dict], scores: list, ceiling: float, threshold: float) -> dict:
-    """False-positive/negative rates and per-probe counts (with one example of each failure)."""
+    """False-positive/negative rates per family and overall, and per-probe counts (with one example of each failure).
+
+    The overall rates are the worst family's, so a small family (structured gold) a reward fails is
+    not averaged away by a large one it passes.
+
+    None on a known-right structured-gold item is an abstention ("cannot judge", what a numeric
+    reward must say about a matrix), not a miss: it counts in `abstained`, outside the
+    false-negative rate. Everywhere else None is not credited.
+    """
     probes: dict[str, dict] = {}
     for item, score in zip(items, scores):
-        entry = probes.setdefault(item["probe"], {"kind": item["kind"], "credited": 0, "total": 0, "none": 0})
+        family = item.get("family", "numeric")
+        entry = probes.setdefault(item["probe"], {"kind": item["kind"], "family": family, "credited": 0, "total": 0,
+                                                  "none": 0, "abstained": 0})
         credited = score is not None and score >= threshold * ceiling
+        abstained = score is None and family == STRUCTURED and item["kind"] == "right"
         entry["total"] += 1
         entry["credited"] += int(credited)
         entry["none"] += int(score is None)
-        failed = credited if item["kind"] == "wrong" else not credited
+        entry["abstained"] += int(abstained)
+        failed = credited if item["kind"] == "wrong" else not (credited or abstained)
         if failed and "example" not in entry:
             entry["example"] = item["completion"]
             entry["example_score"] = score
-    wrong = [p for p in probes.values() if p["kind"] == "wrong"]
-    right = [p for p in probes.values() if p["kind"] == "right"]
+    families = {family: rates([p for p in probes.values() if p["family"] == family])
+                for family in dict.fromkeys(p["family"] for p in probes.values())}
+    worst = {key: max((f[key] for f in families.values()), default=0.0) for key in ("false_positive_rate", "false_negative_rate")}
+    return {**worst, "max_score": ceiling, "families": families, "probes": probes}
+
+
+def rates(entries: list[dict]) -> dict:
+    """false_positive_rate over the wrong probes and false_negative_rate over the judged right ones."""
+    wrong = [p for p in entries if p["kind"] == "wrong"]
+    right = [p for p in entries if p["kind"] == "right"]
+    judged = sum(p["total"] - p["abstained"] for p in right)
     return {"false_positive_rate": rate(sum(p["credited"] for p in wrong), sum(p["total"] for p in wrong)),
-            "false_negative_rate": rate(sum(p["total"] - p["credited"] for p in right), sum(p["total"] for p in right)),
-            "max_score": ceiling, "probes": probes}
+            "false_negative_rate": rate(sum(p["total"] - p["abstained"] - p["credited"] for p in right), judged),
+            "abstained": sum(p["abstained"] for p in right)}
 
 
 def rate(count: int, total: int) -> float:
@@ -345,18 +442,23 @@ def format_table(report: dict) -> str:
     """Rates per reward, then every hack each reward falls for (and right forms it misses) with one example."""
     lines = [f"battery: {report.get('battery', 'numeric')}, {report.get('rows', '?')} prompts, "
              f"{report.get('completions', '?')} completions; credited = score >= {report.get('threshold', THRESHOLD)} × max",
-             "", f"{'reward':<28} {'false positives':>16} {'false negatives':>16}"]
+             "", f"{'reward':<28} {'false positives':>16} {'false negatives':>16}   {'of which structured gold (FP / FN)':>34}"]
     for name, result in report["rewards"].items():
-        lines.append(f"{name:<28} {result['false_positive_rate']:>16.1%} {result['false_negative_rate']:>16.1%}")
+        family = result.get("families", {}).get(STRUCTURED)
+        split = "" if family is None else (f"   {family['false_positive_rate']:>18.1%} / {family['false_negative_rate']:.1%}"
+                                           + (f", {family['abstained']} abstained" if family["abstained"] else ""))
+        lines.append(f"{name:<28} {result['false_positive_rate']:>16.1%} {result['false_negative_rate']:>16.1%}{split}")
     for name, result in report["rewards"].items():
         hacks = [(p, e) for p, e in result["probes"].items() if e["kind"] == "wrong" and e["credited"]]
-        misses = [(p, e) for p, e in result["probes"].items() if e["kind"] == "right" and e["credited"] < e["total"]]
+        misses = [(p, e) for p, e in result["probes"].items()
+                  if e["kind"] == "right" and e["credited"] + e.get("abstained", 0) < e["total"]]
         lines.append("")
         lines.append(f"{name}: " + ("falls for no probe" if not hacks else f"falls for {len(hacks)} probe kind(s)"))
         for probe_name, entry in hacks:
             lines.append(f"  HACK  {probe_name:<26} {entry['credited']:>4}/{entry['total']:<4} e.g. {short(entry['example'])!s}")
         for probe_name, entry in misses:
-            lines.append(f"  miss  {probe_name:<26} {entry['total'] - entry['credited']:>4}/{entry['total']:<4} "
+            missed = entry["total"] - entry["credited"] - entry.get("abstained", 0)
+            lines.append(f"  miss  {probe_name:<26} {missed:>4}/{entry['total']:<4} "
                          f"e.g. {short(entry['example'])!s}")
     return "\n".join(lines)
 

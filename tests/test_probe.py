@@ -52,8 +52,47 @@ def test_builtin_correctness_rewards_credit_no_wrong_probe(numeric_report, name)
 @pytest.mark.parametrize("name", ["correct_numeric", "correct_math"])
 def test_numeric_and_math_rewards_credit_every_right_form(numeric_report, name):
     result = numeric_report["rewards"][name]
-    misses = {p: e["example"] for p, e in result["probes"].items() if e["kind"] == "right" and e["credited"] < e["total"]}
+    misses = {p: e["example"] for p, e in result["probes"].items()
+              if e["kind"] == "right" and e["credited"] + e["abstained"] < e["total"]}
     assert result["false_negative_rate"] == 0.0, misses
+
+
+def test_structured_gold_family_is_in_the_numeric_battery():
+    items = [item for item in build_battery(PROMPTS, ANSWERS) if item["family"] == "structured_gold"]
+    probes = {item["probe"] for item in items}
+    assert {"structured_last_number", "structured_other_number", "structured_altered"} <= probes
+    assert {"structured_plain", "structured_bare_latex", "structured_equivalent"} <= probes
+    assert any("\\begin{pmatrix}" in item["answer"] for item in items)
+    assert any(item["completion"].endswith("\\boxed{42}.") for item in items if item["probe"] == "structured_last_number")
+
+
+def test_correct_math_judges_every_structured_gold_and_numeric_rewards_abstain(numeric_report):
+    math = numeric_report["rewards"]["correct_math"]["families"]["structured_gold"]
+    assert math["abstained"] == 0 and math["false_positive_rate"] == 0.0 and math["false_negative_rate"] == 0.0
+    for name in ("correct_numeric", "gsm8k_strict", "gsm8k_flexible"):
+        family = numeric_report["rewards"][name]["families"]["structured_gold"]
+        assert family["false_positive_rate"] == 0.0
+        assert family["abstained"] > 0 and family["false_negative_rate"] == 0.0  # None: cannot judge a matrix
+
+
+LAST_NUMBER = '''
+import re
+
+def last_number_match(completions, answer, **kwargs):
+    """The bug the structured-gold family exists for: gold and completion reduced to their last numbers."""
+    last = lambda text: (re.findall(r"-?\\d+(?:\\.\\d+)?", str(text)) or [None])[-1]
+    return [1.0 if last(gold) is not None and last(gold) == last(text) else 0.0 for text, gold in zip(completions, answer)]
+'''
+
+
+def test_structured_gold_family_catches_the_last_number_reduction(tmp_path):
+    path = tmp_path / "last_number.py"
+    path.write_text(LAST_NUMBER)
+    report = probe([rewards.get(f"{path}:last_number_match")], PROMPTS[:2], ANSWERS[:2])
+    result = report["rewards"]["last_number_match"]
+    assert result["probes"]["structured_last_number"]["credited"] > 0
+    assert result["families"]["structured_gold"]["false_positive_rate"] > 0.2
+    assert "HACK  structured_last_number" in format_table(report)
 
 
 def test_gsm8k_flexible_falls_only_for_its_documented_hacks(numeric_report):

@@ -211,3 +211,127 @@ def test_integer_answer(completion, expected):
 def test_long_completion_is_scored_quickly():
     text = ("Let me think step by step. 12 + 7 = 19. " * 5000) + "Answer: 85"
     assert rewards.get("correct_numeric")([text], answer=["85"]) == [1.0]
+
+
+# --- structured golds, unparseable golds, the multi-answer rule, bare LaTeX after the marker ---
+
+MATRIX = "\\begin{pmatrix} 1 & 2 \\\\ 3 & 19 \\end{pmatrix}"
+CIRCLE = "(x + 2)^2 + (y - 3)^2"
+STRUCTURED_MATH_CASES = [
+    ("\\boxed{19}", MATRIX, 0.0),  # the matrix's last entry is not the matrix
+    ("Answer: 19", MATRIX, 0.0),
+    ("\\boxed{1}", MATRIX, 0.0),
+    ("\\boxed{\\begin{bmatrix} 1 & 2 \\\\ 3 & 19 \\end{bmatrix}}", MATRIX, 1.0),
+    (f"Answer: {MATRIX}", MATRIX, 1.0),
+    (f"<answer>{MATRIX}</answer>", MATRIX, 1.0),
+    ("\\boxed{3}", CIRCLE, 0.0),
+    ("\\boxed{2}", CIRCLE, 0.0),
+    (f"Answer: {CIRCLE}", CIRCLE, 1.0),
+    ("\\boxed{x^2 + 4x + 4 + y^2 - 6y + 9}", CIRCLE, 1.0),
+    ("\\boxed{19}", "(1, 19)", 0.0),
+    ("\\boxed{(19, 1)}", "(1, 19)", 0.0),
+    ("Answer: (1, 19)", "(1, 19)", 1.0),
+    ("\\boxed{7}", "[-2, 7)", 0.0),
+    ("\\boxed{[-2, 7]}", "[-2, 7)", 0.0),
+    ("\\boxed{[-2, 7)}", "[-2, 7)", 1.0),
+    ("\\boxed{2}", "\\{1, 2\\}", 0.0),
+    ("\\boxed{\\{2, 1\\}}", "\\{1, 2\\}", 1.0),
+    ("\\boxed{3}", "y = 2x + 3", 0.0),
+    ("Answer: y = 3 + 2x", "y = 2x + 3", 1.0),
+    ("\\boxed{5}", "5\\sqrt{2}", 0.0),
+    ("\\boxed{\\sqrt{50}}", "5\\sqrt{2}", 1.0),
+]
+
+
+@pytest.mark.parametrize("completion,gold,expected", STRUCTURED_MATH_CASES)
+def test_correct_math_compares_a_structured_gold_as_a_whole(completion, gold, expected):
+    reward = rewards.get("correct_math")
+    assert reward([completion], answer=[gold]) == [expected]
+    assert reward.drain_events() == []
+
+
+@pytest.mark.parametrize("name", ["correct_numeric", "gsm8k_strict", "gsm8k_flexible"])
+@pytest.mark.parametrize("gold", [MATRIX, CIRCLE, "(1, 19)", "[-2, 7)", "y = 2x + 3", "5\\sqrt{2}", "1, 2"])
+def test_numeric_rewards_cannot_judge_a_structured_gold(name, gold):
+    assert rewards.get(name)(["\\boxed{19}", "Answer: 19", "#### 19"], answer=[gold] * 3) == [None, None, None]
+
+
+@pytest.mark.parametrize("gold", ["forty two", "Answer is forty two.", "eighty-five", "\\text{no solution} because"])
+def test_correct_math_gold_in_words_is_none_never_a_product_of_letters(gold):
+    from rewards.mathcheck import judge, parsed_gold
+
+    assert parsed_gold(gold) == []
+    assert judge((gold, gold)) is None
+    assert rewards.get("correct_math")([gold, "\\boxed{42}"], answer=[gold, gold]) == [None, None]
+
+
+@pytest.mark.parametrize("gold,expected_type", [
+    (MATRIX, "Matrix"), (CIRCLE, "Add"), ("(1, 19)", "Interval"), ("\\{1, 2\\}", "FiniteSet"),
+    ("y = 2x + 3", "Equality"), ("\\frac{\\sqrt{505}}{7}", "Mul"), ("\\text{Devon}", "Symbol"), ("12 dollars", "Integer"),
+    ("\\boxed{\\frac{3}{4}}", "Rational"), ("$1,234.50", "Float"),
+])
+def test_correct_math_parses_the_whole_gold(gold, expected_type):
+    from rewards.mathcheck import parsed_gold
+
+    objects = [item for item in parsed_gold(gold) if not isinstance(item, str)]
+    assert objects and expected_type in type(objects[0]).__name__, objects
+
+
+# One rule for several stated answers, the same in every correctness reward: the last \boxed{} wins (a box
+# beats an answer marker); without a box, the answer after the last marker.
+MULTI_ANSWER_CASES = [
+    ("\\boxed{5} then \\boxed{72}", "72", 1.0),
+    ("\\boxed{72} then \\boxed{5}", "72", 0.0),
+    ("\\boxed{72}, \\boxed{5}", "72", 0.0),
+    ("Answer: 5\nso the result is \\boxed{72}", "72", 1.0),
+    ("\\boxed{72}\nAnswer: 5", "72", 1.0),
+    ("Answer: 5\nAnswer: 72", "72", 1.0),
+    ("Answer: 72\nAnswer: 5", "72", 0.0),
+    ("\\boxed{72, 5}", "72", 0.0),  # one stated answer offering several values is wrong
+]
+
+
+@pytest.mark.parametrize("name", ["correct_math", "correct_numeric", "correct_exact"])
+@pytest.mark.parametrize("completion,gold,expected", MULTI_ANSWER_CASES)
+def test_one_multi_answer_rule_for_every_correctness_reward(name, completion, gold, expected):
+    assert rewards.get(name)([completion], answer=[gold]) == [expected]
+
+
+def test_stated_answer_is_the_one_rule():
+    from rewards.extract import final_answer, stated_answer
+
+    assert stated_answer("\\boxed{1} and \\boxed{2}") == ("2", "boxed")
+    assert stated_answer("Answer: 3\n\\boxed{2}") == ("2", "boxed")
+    assert stated_answer("Answer: 3\nAnswer: 4") == ("4", "marker")
+    assert stated_answer("Answer:\n\n7") == ("7", "marker")
+    assert stated_answer("it is 9") == ("it is 9", "region")
+    assert final_answer("\\boxed{1} and \\boxed{2}") == ("2", "boxed")
+
+
+@pytest.mark.parametrize("completion,gold,math,numeric", [
+    ("Answer: \\frac{\\sqrt{505}}{7}", "\\frac{\\sqrt{505}}{7}", 1.0, None),
+    ("Answer: \\frac{\\sqrt{505}}{7}", "505", 0.0, 0.0),
+    ("Answer: \\frac{\\sqrt{505}}{7}", "7", 0.0, 0.0),
+    ("Answer: \\sqrt{19}", "19", 0.0, 0.0),
+    ("<answer>\\sqrt{19}</answer>", "19", 0.0, 0.0),
+    ("The result is 5\\sqrt{2}", "2", 0.0, 0.0),
+    ("Answer: 2\\pi", "2", 0.0, 0.0),
+    ("Answer: \\dfrac{3}{4}", "0.75", 1.0, 1.0),
+    ("Answer: -\\frac{1}{2}", "-0.5", 1.0, 1.0),
+])
+def test_bare_latex_after_the_marker_is_read_as_latex(completion, gold, math, numeric):
+    assert rewards.get("correct_math")([completion], answer=[gold]) == [math]
+    assert rewards.get("correct_numeric")([completion], answer=[gold]) == [numeric]
+
+
+@pytest.mark.parametrize("text,value", [
+    ("85", 85.0), ("1,234", 1234.0), ("$1,234.50", 1234.5), ("50%", 50.0), ("−7", -7.0), ("3/4", 0.75),
+    ("\\frac{3}{4}", 0.75), ("-\\frac{1}{2}", -0.5), ("12 dollars", 12.0), ("90^\\circ", 90.0), ("5\\text{ cm}", 5.0),
+    ("**42**", 42.0), ("The answer is 72", 72.0),
+    ("eighty-five", None), ("5\\sqrt{2}", None), ("(1, 19)", None), ("x = 5", None), ("1, 2", None), ("2\\pi", None),
+    ("4i", None), ("2x", None), (MATRIX, None), (CIRCLE, None), ("10^{3}", None), ("1/0", None),
+])
+def test_plain_number_is_exactly_one_number(text, value):
+    from rewards.extract import plain_number
+
+    assert plain_number(text) == value
