@@ -54,3 +54,24 @@ def test_embedded_smollm2_trains_through_the_cli(tmp_path):
 
 
 # Bad train input (one stderr line, exit 2, nothing written): the table in tests/reliability/test_bad_input.py.
+
+
+def test_report_to_tensorboard_wandb_and_trackio_through_grpo_trl(tiny_model_dir, tmp_path):
+    """`--trl report_to=[...]` reaches TRL: each tracker writes its local files (all offline)."""
+    import glob
+
+    run_dir = tmp_path / "run"
+    env_extra = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb"), "TRACKIO_DIR": str(tmp_path / "trackio"),
+                 "WANDB_SILENT": "true"}
+    os.makedirs(env_extra["WANDB_DIR"])
+    args = ["train", "--model", tiny_model_dir, "--backend", "hf", *FAST, "--max-steps", "1", "--max-completion-length", "8",
+            "--max-seq-length", "128", "--lora-r", "4", "--p-ref-samples", "0", "--output", str(run_dir), "--json",
+            "--trl", "report_to=[tensorboard, wandb, trackio]"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": REPO, **env_extra}
+    result = subprocess.run([sys.executable, "-m", "local_grpo.cli", *args], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["steps"] == 1  # stdout stays one JSON object with trackers on
+    assert glob.glob(str(run_dir / "**" / "events.out.tfevents.*"), recursive=True), "no TensorBoard event file"
+    assert glob.glob(str(tmp_path / "wandb" / "wandb" / "offline-run-*")), "no offline W&B run"
+    assert glob.glob(str(tmp_path / "trackio" / "*.db")), "no trackio database"

@@ -123,7 +123,9 @@ def run_train(args) -> int:
     config = config_from_args(args)
     if args.resume and not config.output_dir:
         raise UserError("--resume: needs --output RUN_DIR (the run to continue)")
-    summary = train.train(config, resume=args.resume, overwrite=args.overwrite, progress=not args.json, force=args.force)
+    with stdout_to_stderr(args.json):  # libraries print (Unsloth, trackers): stdout is for the one JSON object
+        summary = train.train(config, resume=args.resume, overwrite=args.overwrite, progress=not args.json,
+                              force=args.force)
     if not train.is_main_process():
         return 0  # several processes (accelerate launch): rank 0 prints the summary
     if args.json:
