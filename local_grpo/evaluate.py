@@ -2,6 +2,7 @@
 
     local-grpo eval --run RUN_DIR --compare          # base vs trained on the run's held-out prompts
     local-grpo eval --model embedded --task arithmetic --n 40 --k 4 --samples 8
+    (the command line is local_grpo/cli/eval.py; this module is library code)
 
 Metrics, per model (see docs/evaluation.md):
     pass@1_greedy      fraction of prompts whose greedy completion is correct
@@ -26,7 +27,6 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import config as config_mod
 from . import rundir
 from .config import Config
 from .errors import UserError
@@ -224,66 +224,6 @@ def run_eval(config: Config, adapter_dir: str | None, settings: EvalSettings, co
     return result
 
 
-def config_for_args(args) -> tuple[Config, str | None]:
-    """The config and adapter folder named by the flags (--run reads RUN_DIR/config.yaml)."""
-
-    if args.run:
-        run = rundir.RunDir.open(args.run)
-        config = config_mod.load(run.file(rundir.CONFIG))
-        adapter = args.adapter or run.adapter_dir
-        if not os.path.isdir(adapter):
-            raise UserError(f"--run: {run.path} has no adapter/ folder yet (training not finished?)")
-        if args.model:
-            config.model.name = args.model
-    else:
-        if not args.model:
-            raise UserError("--model: required unless --run RUN_DIR is given")
-        config = Config()
-        config.model.name = args.model
-        config.output_dir = "unused"  # eval never creates a run directory
-        adapter = args.adapter
-        if args.n:
-            config.data.num_heldout = args.n
-    if args.task:
-        config.data.task, config.data.dataset = args.task, None
-    if args.dataset:
-        config.data.dataset = args.dataset
-    if args.answer_format:
-        config.data.answer_format = args.answer_format
-    if args.task_options:
-        try:
-            options = json.loads(args.task_options)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"--task-options: not valid JSON ({exc.msg})") from None
-        if not isinstance(options, dict):
-            raise UserError("--task-options: expected a JSON object, e.g. '{\"path\": \"test.jsonl\"}'")
-        config.data.task_options = options
-    if args.backend:
-        config.backend = args.backend
-    if args.rewards:
-        import rewards
-
-        try:
-            parsed = rewards.parse_reward_list(args.rewards)
-        except rewards.RewardSpecError as exc:
-            raise UserError(f"--rewards: {exc}") from None
-        config.rewards = [config_mod.RewardSpec(name=name, weight=weight) for name, weight in parsed]
-    if adapter is not None and not os.path.isdir(adapter):
-        raise UserError(f"--adapter: no such folder: {adapter}")
-    config = config_mod.fill_defaults(config)
-    config_mod.validate(config)
-    return config, adapter
-
-
-def settings_for_args(args, config: Config) -> EvalSettings:
-    return EvalSettings(
-        n=args.n, k=args.k, samples=args.samples,
-        temperature=args.temperature if args.temperature is not None else config.grpo.temperature,
-        max_new_tokens=args.max_new_tokens or config.grpo.max_completion_length,
-        batch_size=args.batch_size, seed=args.seed, split=args.split,
-    )
-
-
 def write_results(result: dict, run_path: str | None, out: str | None, compare: bool) -> list[str]:
     """Per-prompt jsonl (--out, else into the run directory) and, for --compare, RUN_DIR/eval_compare.json."""
     written = []
@@ -309,72 +249,3 @@ def compare_summary(result: dict) -> dict:
     keys = ("n_prompts", "k", "samples", "temperature", "seed", "max_new_tokens", "split", "model")
     return {"base": result["base"], "trained": result["trained"], **{k: result[k] for k in keys},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-
-
-def format_table(result: dict) -> str:
-    """Metrics as a text table: one column per model (base, trained, change) or one for a single model."""
-    columns = [("base", result["base"]), ("trained", result["trained"])] if "base" in result else [("value", result["metrics"])]
-    names = [k for k in columns[0][1] if k not in ("n_prompts", "seconds")]
-    lines = [f"{'metric':<26}" + "".join(f"{label:>10}" for label, _ in columns) + (f"{'change':>10}" if len(columns) == 2 else "")]
-
-    def cell(v):
-        return f"{v:>10.3f}" if isinstance(v, (int, float)) else f"{'-':>10}"
-
-    for name in names:
-        values = [m.get(name) for _, m in columns]
-        line = f"{name:<26}" + "".join(cell(v) for v in values)
-        if len(values) == 2 and all(isinstance(v, (int, float)) for v in values):
-            line += f"{values[1] - values[0]:>+10.3f}"
-        lines.append(line)
-    seconds = sum(m.get("seconds") or 0 for _, m in columns)
-    lines.append(f"{result['n_prompts']} prompts ({result['split']}), samples={result['samples']}, k={result['k']}, "
-                 f"temperature={result['temperature']}, seed={result['seed']}, max_new_tokens={result['max_new_tokens']}, "
-                 f"{seconds:.0f} s")
-    return "\n".join(lines)
-
-
-# --- CLI ----------------------------------------------------------------------------------
-
-def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("eval", help="pass@1 / pass@k, rewards, format and length of a model (and base vs trained)",
-                              description="Evaluate a model (optionally with a LoRA adapter) on held-out prompts.")
-    p.add_argument("--model", help="base model: 'embedded', a local folder or a hub id (default with --run: the run's)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--adapter", help="a PEFT adapter folder to evaluate on top of --model")
-    src.add_argument("--run", help="a run directory: model, task, rewards, system prompt and adapter come from it")
-    p.add_argument("--task", choices=[t for t in config_mod.TASKS], help="built-in task (default: arithmetic or the run's)")
-    p.add_argument("--dataset", help="a local .jsonl/.csv/.parquet file with question/answer columns")
-    p.add_argument("--answer-format", choices=config_mod.ANSWER_FORMATS, help="gold extraction for --dataset (gsm8k: after '####')")
-    p.add_argument("--task-options", help="task options as JSON, e.g. '{\"path\": \"test.jsonl\"}' for gsm8k")
-    p.add_argument("--rewards", help="name[:weight],... rewards to report (default: the run's or the task's)")
-    p.add_argument("--split", default="held-out", help="held-out (default) or train")
-    p.add_argument("--n", type=int, help="number of prompts (default: the whole held-out split, 40)")
-    p.add_argument("--k", type=int, default=4, help="k of pass@k (default 4)")
-    p.add_argument("--samples", type=int, default=8, help="sampled completions per prompt for pass@1/pass@k (default 8; 0 = greedy only)")
-    p.add_argument("--temperature", type=float, help="sampling temperature (default: the run's, else 1.0)")
-    p.add_argument("--max-new-tokens", type=int, help="longest completion (default: the run's max_completion_length, 64)")
-    p.add_argument("--batch-size", type=int, default=8, help="prompts per generation batch (default 8)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (the same for base and trained)")
-    p.add_argument("--backend", choices=config_mod.BACKENDS, help="auto, unsloth, hf (default: the run's)")
-    p.add_argument("--compare", action="store_true", help="evaluate base and trained on the same prompts and seeds")
-    p.add_argument("--out", help="per-prompt results as jsonl (default with --run: RUN_DIR/eval_prompts.jsonl)")
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    p.set_defaults(func=main)
-
-
-def main(args) -> int:
-    config, adapter = config_for_args(args)
-    settings = settings_for_args(args, config)
-    result = run_eval(config, adapter, settings, compare=args.compare, progress=True)
-    if args.compare and not args.run:
-        print("note: --compare without --run prints the table but writes no eval_compare.json", file=sys.stderr)
-    written = write_results(result, rundir.RunDir.open(args.run).path if args.run else None, args.out, args.compare)
-    summary = {k: v for k, v in result.items() if k != "records"}
-    summary["files"] = written
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(format_table(result))
-        for path in written:
-            print(f"wrote {path}")
-    return 0

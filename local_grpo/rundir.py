@@ -148,17 +148,22 @@ class RunDir:
         self._checked_ends: set[str] = set()
 
     # --- creation --------------------------------------------------------------------------
+    @staticmethod
+    def check_new(path: str, overwrite: bool = False) -> None:
+        """Raise UserError unless `create(path, overwrite)` may make a run directory there."""
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise UserError(f"--output: {path} exists and is not a directory")
+        if os.path.isdir(path) and os.listdir(path) and not overwrite:
+            raise UserError(
+                f"--output: run directory {path} already exists; use --resume to continue it, "
+                "--overwrite to replace it, or another --output"
+            )
+
     @classmethod
     def create(cls, path: str, overwrite: bool = False) -> "RunDir":
         """Make a new, empty run directory. An existing non-empty one is refused unless overwrite."""
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise UserError(f"--output: {path} exists and is not a directory")
+        cls.check_new(path, overwrite)
         if os.path.isdir(path) and os.listdir(path):
-            if not overwrite:
-                raise UserError(
-                    f"--output: run directory {path} already exists; use --resume to continue it, "
-                    "--overwrite to replace it, or another --output"
-                )
             shutil.rmtree(path)
         try:
             os.makedirs(path, exist_ok=True)

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from apps import designer, exporting, launcher, runs
+from apps import designer, launcher, runs
 from local_grpo.cli.app import is_loopback
-from apps.studio import form_overrides, parse_weights
+from apps.tabs.train import form_overrides, parse_weights
 from local_grpo.errors import UserError
 from local_grpo.rundir import RunDir
 
@@ -266,14 +266,10 @@ def test_form_helpers():
     assert not is_loopback("0.0.0.0")
 
 
-def test_export_falls_back_to_copying_the_adapter(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "local_grpo.export", None)  # as if the export module were not there
+def test_export_tab_goes_through_the_verified_export(tmp_path):
+    from apps.tabs.export import export
+
     path = write_run(tmp_path / "r")
-    out = tmp_path / "exports" / "r-lora"
-    message = exporting.export(path, "lora", str(out))
-    assert (out / "adapter_config.json").exists()
-    assert message.startswith("Copied the LoRA adapter")
-    with pytest.raises(UserError, match="needs local_grpo.export"):
-        exporting.export(path, "gguf", str(tmp_path / "g"))
-    with pytest.raises(UserError, match="format"):
-        exporting.export(path, "onnx", str(tmp_path / "x"))
+    with pytest.raises(UserError, match="--format"):
+        export(path, "onnx", str(tmp_path / "x"))
+    assert not (tmp_path / "x").exists()

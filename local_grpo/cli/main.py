@@ -6,8 +6,6 @@ import heavy libraries (torch, trl) only when they run, so `--help` and errors a
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import errno
 import json
 import os
@@ -15,85 +13,21 @@ import sys
 
 from .. import config as config_mod
 from ..errors import UserError
+from .common import ArgumentParser, add_config_flags, config_from_args, stdout_to_stderr
 
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # reported as one line by main()
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage dump) and exit code 2."""
-
-    def error(self, message):
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="local-grpo", description="Teach small language models to reason with GRPO on one machine.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     add_train_command(sub)
     add_doctor_command(sub)
-    from .. import evaluate, export, plan
-    from . import app, predict, rewards
+    from .. import export, plan
+    from . import app, eval, predict, rewards
 
-    for module in (evaluate, export, predict, plan, app, rewards):
+    for module in (eval, export, predict, plan, app, rewards):
         module.register_cli(sub)
     return parser
-
-
-def add_config_flags(parser: argparse.ArgumentParser, fields: dict | None = None) -> None:
-    """One flag per scalar config field (e.g. --num-generations), each overriding the config file."""
-    for flag, (section, name, typ, help_text) in (fields or config_mod.override_fields()).items():
-        dest = "cfg__" + flag.replace("-", "_")
-        if typ is bool:
-            parser.add_argument(f"--{flag}", dest=dest, action=argparse.BooleanOptionalAction, default=None,
-                                help=f"{section}.{name}: {help_text}")
-        else:
-            parser.add_argument(f"--{flag}", dest=dest, type=typ, default=None, metavar=typ.__name__.upper(),
-                                help=f"{section}.{name}: {help_text}")
-
-
-def config_from_args(args) -> config_mod.Config:
-    """Build the run config: preset < config file < flags."""
-    from ..presets import apply_preset
-
-    data = config_mod.read_yaml(args.config) if getattr(args, "config", None) else {}
-    source = args.config or "flags"
-    preset = getattr(args, "preset", None) or data.get("preset")
-    if preset:
-        data = apply_preset(preset, data, source="--preset" if getattr(args, "preset", None) else source)
-    config = config_mod.from_dict(data, source=source)
-    overrides = {k[5:].replace("_", "-"): v for k, v in vars(args).items() if k.startswith("cfg__")}
-    config_mod.apply_overrides(config, overrides)
-    if getattr(args, "backend", None):
-        config.backend = args.backend
-    if getattr(args, "output", None):
-        config.output_dir = args.output
-    if getattr(args, "trl", None):
-        config.grpo.trl = {**config.grpo.trl, **trl_overrides(args.trl)}
-    if getattr(args, "rewards", None):
-        import rewards
-
-        try:
-            parsed = rewards.parse_reward_list(args.rewards)
-        except rewards.RewardSpecError as exc:
-            raise UserError(f"--rewards: {exc}") from None
-        config.rewards = [config_mod.RewardSpec(name=name, weight=weight) for name, weight in parsed]
-    return config
-
-
-def trl_overrides(items: list[str]) -> dict:
-    """{key: value} from --trl KEY=VALUE flags, each value read as YAML."""
-    import yaml
-
-    out = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--trl: expected KEY=VALUE (a GRPOConfig field), got {item!r}")
-        try:
-            out[key.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise UserError(f"--trl: {key.strip()}: cannot read the value {text!r}") from None
-    return out
 
 
 # --- train --------------------------------------------------------------------------------
@@ -133,23 +67,6 @@ def run_train(args) -> int:
     else:
         print(train.format_summary(summary))
     return 0
-
-
-@contextlib.contextmanager
-def stdout_to_stderr(enabled: bool = True):
-    """Send everything written to stdout (Python and C level) to stderr, so --json stays clean."""
-    if not enabled:
-        yield
-        return
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 # --- doctor -------------------------------------------------------------------------------

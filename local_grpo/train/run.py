@@ -30,16 +30,17 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
 
     The memory plan runs first and refuses a clear misfit unless `force`.
     """
-    config = checked_config(config, resume)
+    config = checked_config(config, resume, overwrite)
     plan.preflight(config, force=force)
     recorder = reward_recorder(config)  # every reward built once, before any model loads
     backend = backends.pick_backend(config.backend)
     trainer.check_kl_backend(config, backend)
     if backend == "unsloth":
         backends.import_unsloth()  # before trl: Unsloth patches it
+    train_rows, held_out = data.load_examples(config)
     checkpoints = os.path.join(config.output_dir, rundir.CHECKPOINTS)
     args = trainer.grpo_args(config, checkpoints, backends.cuda_available(), backend)  # grpo.trl is checked here
-    run, checkpoint, (train_rows, held_out) = open_run(config, resume=resume, overwrite=overwrite)
+    run, checkpoint = open_run(config, resume=resume, overwrite=overwrite)
     loaded = backends.load(config)
     recorder.run = run
     measured = p_ref.ensure_p_ref(run, config, loaded, held_out, recorder.success_fn)  # RUN_DIR/p_ref.json
@@ -91,12 +92,14 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
 
 # --- set-up -------------------------------------------------------------------------------
 
-def checked_config(config: Config, resume: bool) -> Config:
+def checked_config(config: Config, resume: bool, overwrite: bool) -> Config:
     """The config filled with task defaults and validated; on --resume, the run's own saved config."""
     config = validate(fill_defaults(config))
     check_scale_out(config)
     if resume:
         config = saved_config(config)
+    elif is_main_process():
+        RunDir.check_new(config.output_dir, overwrite)
     models.check_name(config.model.name, config.model.gguf_file)
     return config
 
@@ -116,15 +119,14 @@ def reward_recorder(config: Config) -> RewardRecorder:
         raise UserError(f"success_reward: {exc}") from None
 
 
-def open_run(config: Config, resume: bool, overwrite: bool):
+def open_run(config: Config, resume: bool, overwrite: bool) -> tuple[RunDir, str | None]:
     """Create the run directory (or reopen it for --resume) once every input has been checked.
 
-    Returns (run, checkpoint or None, (train_rows, held_out)).
+    Returns (run, the checkpoint to resume from or None).
     """
-    examples = data.load_examples(config)
     if not is_main_process():  # ranks > 0 of a multi-process run read RUN_DIR but never write it
         run = RunDir(config.output_dir, readonly=True)
-        return run, run.last_checkpoint() if resume else None, examples
+        return run, run.last_checkpoint() if resume else None
     if resume:
         run = RunDir.open(config.output_dir)
         checkpoint = run.last_checkpoint()
@@ -136,7 +138,7 @@ def open_run(config: Config, resume: bool, overwrite: bool):
         run = RunDir.create(config.output_dir, overwrite=overwrite)
         checkpoint = None
     save_config(config, run.file(rundir.CONFIG))
-    return run, checkpoint, examples
+    return run, checkpoint
 
 
 def saved_config(config: Config) -> Config:
