@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "local_grpo.plan",
     "apps.cli",
     "rewards.cli",
+    "local_grpo.reward_check_cli",  # adds `rewards check` under the command rewards.cli created
 )
 
 
