@@ -315,9 +315,11 @@ def forecast(p_refs: list[float], config: Config) -> dict:
     note = ("beta > 0: the step size comes from the run's KL coefficient" if calibrated else
             f"no KL (beta {config.grpo.beta:g}): the forecast uses a nominal step size (beta {params['beta']:.3g}), "
             "so it shows where success heads, not how many steps it takes (no calibrated speed)")
+    # p_ref 0 or 1 is absorbing in the recurrence: such a prompt is forecast to stay where it is
+    absorbing = sum(1 for p in p_refs if p in (0.0, 1.0))
     return {"params": params, "steps": steps, "p_ref_mean": prediction["p_ref_mean"], "p_star": prediction["p_star"],
             "success_at_max_steps": prediction["trajectory"][-1], "trajectory": prediction["trajectory"],
-            "speed_calibrated": calibrated, "note": note}
+            "speed_calibrated": calibrated, "absorbing_prompts": absorbing, "note": note}
 
 
 # --- sampling and the cache ---------------------------------------------------------------
@@ -409,14 +411,14 @@ def reward_set(config: Config) -> list[tuple[str, float, object]]:
     import rewards
 
     entries, seen = [], {}
-    specs = [(spec.name, spec.weight, spec.params) for spec in config.rewards]
-    if config.success_reward not in [name for name, _, _ in specs]:
-        specs.append((config.success_reward, 0.0, {}))
-    for spec_name, weight, params in specs:
+    specs = [(f"rewards[{i}]", spec.name, spec.weight, spec.params) for i, spec in enumerate(config.rewards)]
+    if config.success_reward not in [spec.name for spec in config.rewards]:
+        specs.append(("success_reward", config.success_reward, 0.0, {}))
+    for field_name, spec_name, weight, params in specs:
         try:
             fn = rewards.get(spec_name, **params)
         except rewards.RewardSpecError as exc:
-            raise UserError(f"rewards: {exc}") from None
+            raise UserError(f"{field_name}: {exc}") from None
         seen[fn.__name__] = seen.get(fn.__name__, 0) + 1
         name = fn.__name__ if seen[fn.__name__] == 1 else f"{fn.__name__}#{seen[fn.__name__]}"
         entries.append((name, float(weight), fn))

@@ -67,9 +67,9 @@ def run_check(args) -> int:
     from .cli import stdout_to_stderr
     from .reward_check import DEFAULT_CACHE_DIR, CheckSettings, check_rewards
 
-    config = check_config(args)
     settings = CheckSettings(prompts=args.prompts, cache_dir=args.cache_dir or DEFAULT_CACHE_DIR,
                              use_cache=not args.fresh).check()
+    config = check_config(args)
     with stdout_to_stderr(args.json):
         result = check_rewards(config, settings, progress=StderrProgress())
     if args.json:
@@ -135,6 +135,8 @@ def signal_lines(result: dict) -> list[str]:
         + " ".join(f"{p['p_ref']:.2f}" for p in result["per_prompt"]),
         f"forecast ({forecast['params']['kl']}, {forecast['steps']} steps): success {forecast['p_ref_mean']:.3f} -> "
         f"{forecast['success_at_max_steps']:.3f}, limit p* {forecast['p_star']:.3f}; {forecast['note']}",
+        f"  ({forecast['absorbing_prompts']} of {result['prompts']} prompts have p_ref 0 or 1, which the forecast "
+        "holds fixed: all G samples agree on success, so GRPO has no success signal there)",
         f"advantage variance shares ({result['variance_scale']} scaling): {shares}",
     ]
 

@@ -235,7 +235,7 @@ def test_check_on_the_tiny_model_json_and_cache_reuse(tiny_model_dir, tmp_path, 
 
 
 def test_check_bad_inputs_give_one_line_and_exit_2(tmp_path, capsys):
-    for argv, flag in ((["--prompts", "0"], "--prompts"), (["--rewards", "nope"], "nope"),
+    for argv, flag in ((["--prompts", "0"], "--prompts"), (["--rewards", "nope"], "rewards[0]"),
                        (["--task", "countdown", "--dataset", "x.jsonl"], "--task"),
                        (["--num-generations", "1"], "num_generations"), (["--config", str(tmp_path / "no.yaml")], "--config")):
         code, out, err = run_cli(["rewards", "check", "--cache-dir", str(tmp_path), *argv], capsys)
