@@ -19,6 +19,7 @@ from rewards.registry import describe, load, name_uniquely, names, parse_reward_
 
 from ..config import Config
 from ..data import load_examples
+from . import reward_check
 
 BATCH_SIZE = 64
 
@@ -45,6 +46,7 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     probing.add_argument("--n", type=int, default=50, help="prompts to build the battery from (default 50)")
     probing.add_argument("--json", action="store_true", help="print one JSON object")
     probing.set_defaults(func=probe_command)
+    reward_check.add_check_command(commands)
     return parser
 
 
