@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from .. import config as config_mod
 from .. import dynamics, rundir
 from ..errors import UserError
 
@@ -121,33 +122,17 @@ def params_from_config(run_dir, beta_given=False):
     config_path = run_dir / rundir.CONFIG
     if not config_path.exists():
         return {}
-    import yaml  # only --from-run needs it
-
-    try:
-        config = yaml.safe_load(config_path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"{config_path}: not valid YAML ({str(err).splitlines()[0]})") from None
-    grpo = config.get("grpo") or {}
-    if not isinstance(grpo, dict):
-        raise UserError(f"{config_path}: 'grpo' must be a mapping")
-
-    params = {}
-    beta = grpo.get("beta", 0.0)
-    # config.py's rule: kl null means "ref" when beta > 0, else "none"
-    kl = grpo.get("kl") or ("ref" if beta and beta > 0 else "none")
-    params["kl"] = kl
-    if grpo.get("kl_alpha") is not None:
-        params["alpha"] = grpo["kl_alpha"]
-    if kl == "none" or not beta:
+    config = config_mod.load(str(config_path))
+    g = config.grpo
+    params = {"kl": config.kl_mode, "alpha": g.kl_alpha}
+    beta = g.beta
+    if config.kl_mode == "none" or not beta:
         # no KL term: the predictor needs a step size from the user (mirror dynamics)
         params["kl"] = "none"
         if not beta_given:
             raise UserError(f"--beta is required: {config_path} has no KL (grpo.kl none / beta 0); pass --beta as a step size")
         beta = 1.0  # overridden by the flag
-    mapped = dynamics.mapping_from_trl(
-        beta, grpo.get("scale_rewards", "group"), grpo.get("num_generations", 8)
-    )
-    params.update(mapped)
+    params.update(dynamics.mapping_from_trl(beta, g.scale_rewards, g.num_generations))
     return params
 
 

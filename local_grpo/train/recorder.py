@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import rundir
-from ..config import Config
 
 
 @dataclass
@@ -50,17 +49,6 @@ class RewardRecorder:
         self.batch = _Batch()
         self.success_window: list[float] = []  # per-completion success since the last log
         self.on_scored = []  # callables(step, records) e.g. the zero-std filter and the audit
-
-    @classmethod
-    def for_config(cls, run, config: Config) -> "RewardRecorder":
-        """The config's rewards (each built once) and its success reward (one of them when its name matches)."""
-        import rewards
-
-        reward_fns = [rewards.get(spec.name, **spec.params) for spec in config.rewards]
-        success_fn = next((f for f in reward_fns if f.__name__ == config.success_reward), None)
-        if success_fn is None:
-            success_fn = rewards.get(config.success_reward)
-        return cls(run, reward_fns, [s.weight for s in config.rewards], success_fn)
 
     @property
     def names(self) -> list[str]:

@@ -108,15 +108,19 @@ def reward_recorder(config: Config) -> RewardRecorder:
     """The run's rewards, each built once; a bad name or file is a UserError naming its config entry."""
     import rewards
 
+    reward_fns = []
     for i, spec in enumerate(config.rewards):
         try:
-            rewards.get(spec.name, **spec.params)
+            reward_fns.append(rewards.get(spec.name, **spec.params))
         except rewards.RewardSpecError as exc:
             raise UserError(f"rewards[{i}]: {exc}") from None
-    try:
-        return RewardRecorder.for_config(None, config)
-    except rewards.RewardSpecError as exc:
-        raise UserError(f"success_reward: {exc}") from None
+    success_fn = next((f for f in reward_fns if f.__name__ == config.success_reward), None)
+    if success_fn is None:
+        try:
+            success_fn = rewards.get(config.success_reward)
+        except rewards.RewardSpecError as exc:
+            raise UserError(f"success_reward: {exc}") from None
+    return RewardRecorder(None, reward_fns, [s.weight for s in config.rewards], success_fn)
 
 
 def open_run(config: Config, resume: bool, overwrite: bool) -> tuple[RunDir, str | None]:
