@@ -9,6 +9,7 @@ We wrap TRL's GRPOTrainer; we do not fork it.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -31,6 +32,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     The memory plan runs first and refuses a clear misfit unless `force`.
     """
     config = checked_config(config, resume, overwrite)
+    if resume and (finished := completed_summary(config)) is not None:
+        return finished  # a finished run: say so and change nothing
     plan.preflight(config, force=force)
     recorder = reward_recorder(config)  # every reward built once, before any model loads
     backend = backends.pick_backend(config.backend)
@@ -149,6 +152,28 @@ def saved_config(config: Config) -> Config:
     return saved
 
 
+def completed_summary(config: Config) -> dict | None:
+    """The run's summary marked already_complete when its last checkpoint reached max_steps, else None.
+
+    Checked before TRL resumes: transformers' Trainer runs one optimizer step before it tests
+    global_step >= max_steps, so resuming from the final checkpoint would train a step past the end.
+    """
+    run = RunDir(config.output_dir, readonly=True)
+    checkpoint = run.last_checkpoint()
+    if checkpoint is None:
+        return None
+    step = int(checkpoint.rsplit("-", 1)[-1])
+    try:
+        with open(os.path.join(checkpoint, "trainer_state.json"), encoding="utf-8") as fh:
+            step = int(json.load(fh)["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # the folder name's step
+    if step < config.grpo.max_steps:
+        return None
+    summary = run.read_json(rundir.SUMMARY) or {"run_dir": run.path, "adapter": run.adapter_dir, "steps": step}
+    return {**summary, "already_complete": True, "checkpoint_step": step, "max_steps": config.grpo.max_steps}
+
+
 def process_rank() -> int:
     """This process's rank in a multi-process (accelerate launch / torchrun) run; 0 when alone."""
     return int(os.environ.get("RANK", "0") or 0)
@@ -214,6 +239,9 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
 
 def format_summary(summary: dict) -> str:
     """The short human summary printed at the end of `train`."""
+    if summary.get("already_complete"):
+        return (f"Run {summary['run_dir']} is already complete (step {summary['checkpoint_step']} of max_steps "
+                f"{summary['max_steps']}): nothing trained, nothing changed. A larger --max-steps extends it.")
     w = summary["window_steps"]
 
     def pair(key):
