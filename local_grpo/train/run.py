@@ -218,7 +218,8 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
         return round(sum(values) / len(values), 4) if values else None
 
     first, last = metrics[:window], metrics[-window:]
-    faults = [e for e in run.events() if e.get("type") in ("reward_fault", "alert")]
+    faults = [e for e in run.events() if rundir.event_category(e) == "reward_fault"]
+    signal = diagnostics.signal_summary(metrics, diagnostics.format_reward_names([s.name for s in config.rewards]))
     return {
         "run_dir": run.path,
         "adapter": run.adapter_dir,
@@ -232,8 +233,9 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
         "reward_end": mean(last, "reward"),
         "success_start": mean(first, "success"),
         "success_end": mean(last, "success"),
-        "reward_faults": len(faults),
-        "signal": diagnostics.signal_summary(metrics, diagnostics.format_reward_names([s.name for s in config.rewards])),
+        "reward_faults": len(faults),  # reward code/verifier problems; learning-signal findings are in signal
+        "signal_alerts": len(signal["alerts"]),
+        "signal": signal,
     }
 
 
@@ -254,7 +256,8 @@ def format_summary(summary: dict) -> str:
         f"  success (mean of first/last {w} steps): {pair('success')}",
     ]
     if summary.get("reward_faults"):
-        lines.append(f"  reward faults/alerts: {summary['reward_faults']} (see events.jsonl)")
+        lines.append(f"  reward faults: {summary['reward_faults']} (a reward raised, timed out or returned bad "
+                     "values, or the audit disagreed; see events.jsonl)")
     lines += diagnostics.summary_lines(summary.get("signal"))
     lines.append(f"  run directory: {summary['run_dir']}")
     lines.append(f"  LoRA adapter:  {summary['adapter']}")
