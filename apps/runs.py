@@ -204,8 +204,16 @@ def alerts_table(events: list[dict], limit: int = 100) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["time", "step", "type", "reward", "message"])
 
 
-def alert_count(events: list[dict]) -> int:
-    return sum(1 for e in events if e.get("type") in ("alert", "reward_fault"))
+def reward_fault_count(events: list[dict]) -> int:
+    """Reward faults in events.jsonl (a reward raised, timed out, returned bad values; the audit disagreed)."""
+    return sum(1 for e in events if rundir.event_category(e) == "reward_fault")
+
+
+def signal_alerts(events: list[dict]) -> list[str]:
+    """Learning-signal kinds whose latest finding in events.jsonl is an alert (not an info line)."""
+    latest = {e["kind"]: rundir.event_category(e) for e in events
+              if rundir.event_category(e) in ("signal_alert", "signal_info")}
+    return sorted(kind for kind, category in latest.items() if category == "signal_alert")
 
 
 def eval_compare_table(run_path: str) -> pd.DataFrame:
@@ -245,9 +253,12 @@ def run_overview(run_path: str, metrics: list[dict], events: list[dict]) -> str:
         if _is_number(last.get("success_predicted")):
             parts.append(f"predicted {last['success_predicted']:.2f}")
         lines.append(" · ".join(parts))
-    faults = alert_count(events)
+    faults = reward_fault_count(events)
     if faults:
-        lines.append(f"⚠ {faults} alert(s)/reward fault(s) — see Alerts")
+        lines.append(f"⚠ {faults} reward fault(s) — see Alerts")
+    signals = signal_alerts(events)
+    if signals:
+        lines.append(f"⚠ {len(signals)} learning-signal alert(s): {', '.join(signals)} — see Alerts")
     return "  \n".join(lines)
 
 

@@ -69,7 +69,7 @@ class LoraSettings:
 class DataConfig:
     task: str | None = _f("arithmetic", "Built-in task: arithmetic, gsm8k, countdown. Ignored when `dataset` is set.")
     dataset: str | None = _f(None, "A local jsonl/csv/parquet file or a hub dataset id (needs a network).")
-    split: str = _f("train", "Split to read from a hub dataset.")
+    split: str = _f("train", "Split to read from a hub dataset or folder (the shipped GSM8K: train or test).")
     prompt_column: str = _f("question", "Column with the question text (dataset only).")
     answer_column: str = _f("answer", "Column with the gold answer (dataset only).")
     answer_format: str = _f("plain", "Gold extraction: plain (the column as is) or gsm8k (the number after '####').")
@@ -77,7 +77,8 @@ class DataConfig:
     num_train: int = _f(2000, "Training prompts (built-in tasks generate this many; files are truncated to it).")
     num_heldout: int = _f(40, "Held-out prompts kept out of training (for success measurement and eval).")
     seed: int = _f(0, "Seed for task generation and the train/held-out split.")
-    task_options: dict = _f({}, "Task options, e.g. arithmetic: {digits: 2, operations: ['+']}; countdown: {numbers: 3}.")
+    task_options: dict = _f({}, "Task options, e.g. arithmetic: {digits: 2, operations: ['+']}; countdown: {numbers: 3}; "
+                            "gsm8k: {path: FILE, folder or hub id such as openai/gsm8k} (default: the shipped copy).")
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """GRPO success dynamics: the recurrence of the probability of success, its limit and fixed points.
 
-The model (Mroueh, arXiv 2503.06639; written out in ../shared/docs/grpo-dynamics.md and
-docs/dynamics.md): with a binary verifiable reward, one exact GRPO iteration moves the log-odds of
-success L = logit(p) by Ω(p)/β, where Ω is the sum of the contrastive weights of correct and wrong
-samples. Every variant fits one recurrence on the log-odds gain over the reference, D = L − logit(p_ref):
+The model (Mroueh, arXiv 2503.06639; restated in docs/dynamics.md): with a binary verifiable
+reward, one exact GRPO iteration moves the log-odds of success L = logit(p) by Ω(p)/β, where Ω is the
+sum of the contrastive weights of correct and wrong samples. Every variant fits one recurrence on
+the log-odds gain over the reference, D = L − logit(p_ref):
 
     D_0 = 0,    D_n = (1 − a)·D_{n−1} + Ω(p_{n−1}) / β,    p_n = σ(logit(p_ref) + D_n)
 

@@ -473,9 +473,8 @@ def estimate_shape(shape: Shape, s: Settings, vram_gb: float | None = None) -> d
         "completion_tokens": s.completion_tokens,
         "micro_batch": s.micro_batch,
         "generation_batch": s.generation_batch,
-        "weights": "4-bit nf4 + double quant; embeddings/lm_head/norms " + (
-            "fp32 (prepare_model_for_kbit_training)" if s.backend == "hf" else "16-bit") if s.load_in_4bit
-        else f"{8 * s.weight_bytes}-bit",
+        "weights": f"4-bit nf4 + double quant; embeddings/lm_head/norms {8 * min(s.weight_bytes, 4)}-bit"
+        if s.load_in_4bit else f"{8 * s.weight_bytes}-bit",
         "lora": "fp32 weights + fp32 grads",
         "optimizer": f"{s.optim}: {optimizer_bytes_per_param(s.optim):g} bytes per LoRA param",
         "logits": "TRL fused chunked log-prob" if s.device == "cuda" else "full logits (CPU fallback)",
@@ -772,8 +771,12 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(args):
-    """The Config `plan` (and `train`) would run: file, preset, then flags."""
+def config_from_args(args) -> tuple[Any, dict | None]:
+    """The Config `plan` plans (file, preset, then flags) and the GPU defaults it assumed, if any.
+
+    Without --config or --preset, a GPU question (see `gpu_defaults`) gets GPU defaults for the
+    flags not given instead of the CPU defaults of a bare Config.
+    """
     from . import config as cfg
     from .presets import apply_preset
 
@@ -787,14 +790,67 @@ def config_from_args(args):
     cfg.apply_overrides(config, overrides)
     if getattr(args, "backend", None):
         config.backend = args.backend
-    return cfg.validate(config)
+    assumed = None
+    if not getattr(args, "config", None) and not getattr(args, "preset", None):
+        given = {flag for flag, value in overrides.items() if value is not None}
+        assumed = gpu_defaults(config, given, getattr(args, "vram", None))
+        if assumed:
+            cfg.apply_overrides(config, assumed["values"])
+    return cfg.validate(config), assumed
+
+
+# --- GPU defaults for a question asked without a preset ---------------------------------------
+
+CPU_DEFAULTS_MAX_PARAMS = 1.0e9  # the bare Config's defaults (micro-batch 16, no checkpointing) are sized for the embedded 135M
+
+
+def matching_preset(vram_gb: float | None) -> str:
+    """The VRAM preset for the card a plan answers for: the largest preset card not above `vram_gb`
+    (the smallest preset below all of them); without a card, the 24 GB one `fits` is judged against."""
+    card = _default_vram() if vram_gb is None else vram_gb
+    sized = [name for name, (gb, _, _) in PRESET_TARGETS.items() if gb <= card]
+    return sized[-1] if sized else next(iter(PRESET_TARGETS))
+
+
+def gpu_defaults(config, given: set, vram_gb: float | None = None) -> dict | None:
+    """GPU defaults for the flags not in `given`, when the question is a GPU one; else None.
+
+    A GPU question: the model has more than CPU_DEFAULTS_MAX_PARAMS parameters, or 4-bit loading
+    is asked (4-bit is for GPUs). The defaults: gradient checkpointing on, max_seq_length =
+    PROMPT_BUDGET + max_completion_length, and the micro-batch of the preset for the planned card
+    (`matching_preset`), with the gradient accumulation that makes the generation batch whole groups.
+    """
+    import math
+
+    from .presets import PRESETS
+
+    shape = model_shape(config.model.name)
+    if shape.params <= CPU_DEFAULTS_MAX_PARAMS and not config.model.load_in_4bit:
+        return None
+    preset = matching_preset(vram_gb)
+    g = config.grpo
+    micro = g.per_device_train_batch_size if "per-device-train-batch-size" in given \
+        else PRESETS[preset]["grpo"]["per_device_train_batch_size"]
+    candidates = {
+        "gradient-checkpointing": True,
+        "max-seq-length": PROMPT_BUDGET + g.max_completion_length,
+        "per-device-train-batch-size": micro,
+        "gradient-accumulation-steps": math.lcm(micro, g.num_generations) // micro,
+    }
+    values = {flag: value for flag, value in candidates.items() if flag not in given}
+    if not values:
+        return None
+    why = "4-bit asked" if shape.params <= CPU_DEFAULTS_MAX_PARAMS else f"{shape.params / 1e9:.1f}B params"
+    return {"reason": f"no --config/--preset and a GPU question, {why}: GPU defaults, micro-batch as preset {preset}",
+            "preset": preset, "values": values}
 
 
 def run_cli(args) -> int:
-    config = config_from_args(args)
+    config, assumed = config_from_args(args)
     if args.vram is not None and args.vram <= 0:
         raise UserError(f"--vram: must be a positive number of GB, got {args.vram}")
     plan = estimate(config, vram_gb=args.vram)
+    plan["assumed_defaults"] = assumed
     if args.json:
         print(json.dumps(plan))
     else:
@@ -815,6 +871,10 @@ def format_table(plan: dict) -> str:
             ("optimizer", a["optimizer"]), ("activations", "policy forward/backward"), ("logits", a["logits"]),
             ("kv_cache", "generation"), ("generation_working", "prefill + sampling"), ("reference", a["reference"]),
             ("overhead", "CUDA context, allocator, 4-bit dequant buffer")]
+    assumed = plan.get("assumed_defaults")
+    if assumed:
+        flags = " ".join(_flag(k, v) for k, v in assumed["values"].items())
+        lines.insert(2, f"  assumed: {flags} ({assumed['reason']})")
     for key, note in rows:
         lines.append(f"  {key:<20} {b[key + '_gb']:>8.2f}   {note}")
     lines.append(f"  {'total (peak)':<20} {plan['total_gb']:>8.2f}   = static + overhead + peak phase ({b['peak_phase']})")

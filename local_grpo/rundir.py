@@ -48,6 +48,22 @@ FILES = (CONFIG, METRICS, COMPLETIONS, EVENTS, P_REF, CONTROL, SUMMARY, EVAL_COM
 
 # events.jsonl types: reward faults (a reward could not score) are counted apart from learning-signal alerts
 EVENT_TYPES = ("info", "warning", "alert", "reward_fault", "reward_reloaded", "weights_changed")
+# kinds of the learning-signal findings train's diagnostics write (as an `alert` or an `info` event)
+SIGNAL_KINDS = ("no_signal_streak", "length_drift", "reward_without_success", "format_without_correctness")
+
+
+def event_category(event: dict) -> str | None:
+    """'reward_fault', 'signal_alert', 'signal_info' or None (every other event) for an events.jsonl line.
+
+    Reward faults: a reward's per-call faults, its all-failed streak alert, the audit's verifier
+    disagreeing with the reward. Signal findings: the SIGNAL_KINDS, at alert or info level.
+    """
+    kind, type_ = event.get("kind"), event.get("type")
+    if type_ == "reward_fault" or (type_ == "alert" and kind not in SIGNAL_KINDS):
+        return "reward_fault"
+    if kind in SIGNAL_KINDS and type_ in ("alert", "info"):
+        return "signal_alert" if type_ == "alert" else "signal_info"
+    return None
 
 
 # --- records ----------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, os.path.dirname(__file__))
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GSM8K_DIR = os.path.join(os.path.dirname(REPO), "shared", "data", "gsm8k")
 
 
 @pytest.fixture(scope="session")

@@ -109,7 +109,20 @@ def test_alerts_newest_first_and_overview(tmp_path):
     alerts = runs.alerts_table(events)
     assert alerts["type"].tolist() == ["alert", "reward_fault", "info"]
     overview = runs.run_overview(path, RunDir(path).metrics(), events)
-    assert "finished" in overview and "step 4 of 4" in overview and "2 alert" in overview
+    assert "finished" in overview and "step 4 of 4" in overview and "⚠ 2 reward fault(s)" in overview
+    assert "learning-signal" not in overview  # no signal finding in this run
+
+
+def test_overview_counts_signal_alerts_apart_and_an_info_finding_as_neither(tmp_path):
+    path = write_run(tmp_path / "r")
+    run = RunDir(path)
+    run.event("alert", "completion length moved while success did not rise", step=10, kind="length_drift")
+    run.event("info", "completion length moved while success rose", step=20, kind="length_drift")
+    assert runs.signal_alerts(run.events()) == []  # the latest length_drift finding is info
+    run.event("alert", "no learning signal for 3 steps", step=22, kind="no_signal_streak")
+    assert runs.signal_alerts(run.events()) == ["no_signal_streak"]
+    overview = runs.run_overview(path, run.metrics(), run.events())
+    assert "⚠ 2 reward fault(s)" in overview and "⚠ 1 learning-signal alert(s): no_signal_streak" in overview
     assert "predicted 0.36" in overview
 
 

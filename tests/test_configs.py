@@ -43,3 +43,17 @@ def test_gspo_and_clip_higher_recipes_set_their_trl_fields():
     assert gspo.grpo.trl["importance_sampling_level"] == "sequence"
     clip_higher = config.load(os.path.join(REPO, "configs", "clip-higher-cpu.yaml"))
     assert clip_higher.grpo.trl["epsilon_high"] > clip_higher.grpo.epsilon
+
+
+@pytest.mark.parametrize("path", [p for p in RECIPES if "my-dataset" not in p], ids=os.path.basename)
+def test_recipe_data_loads_from_a_fresh_clone(path, monkeypatch):
+    """Run from the repository root as the README does: every data path must resolve inside the repo."""
+    from local_grpo.data import load_examples
+
+    monkeypatch.chdir(REPO)
+    recipe = config.load(path)
+    for named in (recipe.data.dataset, recipe.data.task_options.get("path")):
+        if named:
+            assert os.path.realpath(named).startswith(os.path.realpath(REPO) + os.sep), named
+    train, held = load_examples(recipe)
+    assert len(train) == recipe.data.num_train and len(held) == recipe.data.num_heldout

@@ -1,12 +1,12 @@
 """Data: built-in tasks, local files with column mapping, GSM8K gold extraction, bad input."""
 
-import os
+import itertools
+import json
 
 import pytest
 
-from conftest import GSM8K_DIR
 from local_grpo.config import Config
-from local_grpo.data import extract_gold, load_examples
+from local_grpo.data import GSM8K_DIR, extract_gold, load_examples
 from local_grpo.errors import UserError
 from local_grpo.tasks import arithmetic_examples, countdown_examples
 
@@ -41,14 +41,71 @@ def test_train_and_held_out_are_disjoint_chat_prompts():
     assert train[0]["prompt"][0]["role"] == "system" and train[0]["prompt"][-1]["content"] == train[0]["question"]
 
 
-def test_gsm8k_local_file_extracts_gold():
+def _gsm8k_config(**options) -> Config:
     config = Config()
     config.data.task = "gsm8k"
-    config.data.task_options = {"path": os.path.join(GSM8K_DIR, "test.jsonl")}
+    config.data.task_options = options
     config.data.num_train, config.data.num_heldout = 30, 10
+    return config
+
+
+def _is_number(text: str) -> bool:
+    return text.lstrip("-").replace(".", "", 1).isdigit()
+
+
+def test_gsm8k_reads_the_shipped_copy_by_default():
+    train, held = load_examples(_gsm8k_config())
+    assert len(train) == 30 and len(held) == 10
+    assert all(_is_number(r["answer"]) for r in train + held)
+    with open(f"{GSM8K_DIR}/train.jsonl", encoding="utf-8") as fh:
+        shipped = {json.loads(line)["question"] for line in fh}
+    assert len(shipped) > 7000 and {r["question"] for r in train + held} <= shipped
+
+
+def test_gsm8k_test_split_and_a_local_file():
+    config = _gsm8k_config()
+    config.data.split = "test"
+    from_split = load_examples(config)
+    from_file = load_examples(_gsm8k_config(path=f"{GSM8K_DIR}/test.jsonl"))
+    assert from_split == from_file
+    with open(f"{GSM8K_DIR}/test.jsonl", encoding="utf-8") as fh:
+        assert sum(1 for _ in fh) == 1319
+
+
+def test_gsm8k_folder_goes_through_the_hub_loader(tmp_path):
+    """A folder of split files is read by datasets.load_dataset, the code path a hub id takes."""
+    folder = tmp_path / "gsm8k"
+    folder.mkdir()
+    for split, n in (("train", 50), ("test", 20)):
+        with open(f"{GSM8K_DIR}/{split}.jsonl", encoding="utf-8") as src:
+            (folder / f"{split}.jsonl").write_text("".join(itertools.islice(src, n)), encoding="utf-8")
+    config = _gsm8k_config(path=str(folder))
+    config.data.split = "test"
+    config.data.num_train = 10
     train, held = load_examples(config)
-    assert len(train) == 30
-    assert all(r["answer"].lstrip("-").replace(".", "").isdigit() for r in train + held)
+    assert len(train) == 10 and len(held) == 10
+    test_questions = {json.loads(line)["question"] for line in (folder / "test.jsonl").read_text().splitlines()}
+    assert {r["question"] for r in train + held} <= test_questions
+    assert all(_is_number(r["answer"]) for r in train + held)
+
+
+def test_gsm8k_hub_id_when_asked_explicitly_goes_to_the_hub_offline_error():
+    # conftest sets HF_DATASETS_OFFLINE=1: datasets refuses the download, and the error says who asked
+    with pytest.raises(UserError) as err:
+        load_examples(_gsm8k_config(path="openai/gsm8k"))
+    message = str(err.value)
+    assert message.startswith("data.task_options.path: cannot load hub dataset 'openai/gsm8k'") and "\n" not in message
+
+
+def test_gsm8k_missing_file_names_the_config_field(tmp_path):
+    with pytest.raises(UserError, match=r"^data\.task_options\.path: file not found: .*missing\.jsonl"):
+        load_examples(_gsm8k_config(path=str(tmp_path / "missing.jsonl")))
+    config = _gsm8k_config()
+    config.data.split = "validation"
+    with pytest.raises(UserError, match=r"^data\.split: .*train, test"):
+        load_examples(config)
+    with pytest.raises(UserError, match=r"^data\.task_options\.path: expected"):
+        load_examples(_gsm8k_config(path=3))
 
 
 def test_extract_gold():

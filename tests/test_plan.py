@@ -158,9 +158,59 @@ def test_cli_json_prints_one_object(capsys):
                          "--per-device-train-batch-size", "8", "--beta", "0.04", "--gradient-checkpointing",
                          "--vram", "8", "--json"], capsys)
     result = json.loads(out)
-    assert code == 0 and set(result) == {"fits", "total_gb", "vram_gb", "breakdown", "suggestion"}
+    assert code == 0 and set(result) == {"fits", "total_gb", "vram_gb", "breakdown", "suggestion", "assumed_defaults"}
     assert result["breakdown"]["assumptions"]["completion_tokens"] == 1024
     assert result["breakdown"]["reference_gb"] > 0
+    assert result["assumed_defaults"]["values"] == {"gradient-accumulation-steps": 1}  # the one flag not given
+
+
+README_QUESTION = ["--model", "Qwen/Qwen3-4B", "--load-in-4bit", "--num-generations", "8", "--max-completion-length", "512"]
+
+
+def preset_table_range(model="Qwen/Qwen3-4B") -> tuple[float, float]:
+    """Lowest and highest planned peak of the README's preset table (every preset, both backends) for a model."""
+    totals = [total(apply_preset(name, {"model": {"name": model}, "backend": backend}))
+              for name in plan.PRESET_TARGETS for backend in ("hf", "unsloth")]
+    return min(totals), max(totals)
+
+
+@pytest.mark.parametrize("backend", ["hf", "unsloth"])
+def test_gpu_question_without_a_preset_is_planned_with_gpu_defaults(backend, capsys):
+    code, out = run_cli([*README_QUESTION, "--backend", backend, "--json"], capsys)
+    result = json.loads(out)
+    assumed = result["assumed_defaults"]
+    assert code == 0 and assumed["preset"] == "24gb"  # no --vram: the card `fits` answers for
+    assert assumed["values"] == {"gradient-checkpointing": True, "max-seq-length": 768,
+                                 "per-device-train-batch-size": 8, "gradient-accumulation-steps": 1}
+    a = result["breakdown"]["assumptions"]
+    assert (a["prompt_tokens"], a["completion_tokens"], a["micro_batch"], a["gradient_checkpointing"]) == (256, 512, 8, True)
+    low, high = preset_table_range()
+    assert low <= result["total_gb"] <= high, (low, result["total_gb"], high)
+
+
+def test_gpu_defaults_follow_the_card_and_never_override_a_given_flag(capsys):
+    code, out = run_cli([*README_QUESTION, "--vram", "8", "--json"], capsys)
+    assumed = json.loads(out)["assumed_defaults"]
+    assert assumed["preset"] == "8gb"
+    assert (assumed["values"]["per-device-train-batch-size"], assumed["values"]["gradient-accumulation-steps"]) == (4, 2)
+    code, out = run_cli([*README_QUESTION, "--max-seq-length", "2048", "--no-gradient-checkpointing",
+                         "--per-device-train-batch-size", "16", "--json"], capsys)
+    result = json.loads(out)
+    assert set(result["assumed_defaults"]["values"]) == {"gradient-accumulation-steps"}
+    a = result["breakdown"]["assumptions"]
+    assert (a["prompt_tokens"], a["micro_batch"], a["gradient_checkpointing"]) == (1536, 16, False)
+    # what it planned before: every activation of 16 x 2048 tokens over 36 layers kept for backward
+    assert result["breakdown"]["activations_gb"] > 200
+
+
+def test_gpu_defaults_are_said_in_the_table_and_absent_for_cpu_questions(capsys):
+    code, out = run_cli(README_QUESTION, capsys)
+    assert code == 0 and "  assumed: --gradient-checkpointing --max-seq-length 768" in out and "preset 24gb" in out
+    for argv in ([], ["--preset", "8gb", *README_QUESTION]):  # the embedded model on CPU defaults; an explicit preset
+        code, out = run_cli([*argv, "--json"], capsys)
+        assert code == 0 and json.loads(out)["assumed_defaults"] is None
+    code, out = run_cli([], capsys)
+    assert "assumed:" not in out and "micro-batch 16" in out
 
 
 def test_cli_table_and_config_file(tmp_path, capsys):

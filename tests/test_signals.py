@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from local_grpo import dynamics
+from local_grpo import dynamics, rundir
 from local_grpo.train import diagnostics, filtering
 from local_grpo.train import p_ref as success
 from local_grpo.config import Config, RewardSpec
@@ -98,6 +98,80 @@ def test_length_drift_reward_hacking_and_format_saturation():
     lines = diagnostics.summary_lines(diagnostics.signal_summary(rows, ["format_soft"]))
     assert any("zero-std groups: 0%" in line for line in lines)
     assert any("signal alerts: format_without_correctness, length_drift, reward_without_success" in line for line in lines)
+
+
+def _quickstart_like(n=40, success_end=0.74):
+    """Length falls 41 -> 26 tokens while success goes 0.06 -> success_end (the quickstart's shape)."""
+    return _rows(n, reward=lambda s: s / n, frac_reward_zero_std=0.2,
+                 success=lambda s: 0.06 + (success_end - 0.06) * (s - 1) / (n - 1),
+                 completions__mean_length=lambda s: 41 - 15 * (s - 1) / (n - 1))
+
+
+def test_length_drift_while_success_rises_is_info_not_an_alert():
+    rows = _quickstart_like()
+    found = diagnostics.findings(rows)
+    assert [(f["kind"], f["level"]) for f in found] == [("length_drift", "info")]
+    assert "while success rose" in found[0]["message"] and diagnostics.alerts(rows) == []
+    signal = diagnostics.signal_summary(rows)
+    assert signal["alerts"] == [] and len(signal["info"]) == 1
+    lines = diagnostics.summary_lines(signal)
+    assert not any("signal alerts" in line for line in lines)
+    assert any(line.startswith("  signal info: completion length moved from 40 to 27 tokens") for line in lines)
+
+
+@pytest.mark.parametrize("success_end", [0.06, 0.0])  # flat, falling
+def test_length_drift_while_success_is_flat_or_falling_is_an_alert(success_end):
+    found = [f for f in diagnostics.findings(_quickstart_like(success_end=success_end)) if f["kind"] == "length_drift"]
+    assert [f["level"] for f in found] == ["alert"] and "did not rise" in found[0]["message"]
+
+
+def test_events_sort_into_reward_faults_and_signal_findings():
+    cases = [
+        ({"type": "reward_fault", "reward": "boom", "kind": "exception"}, "reward_fault"),
+        ({"type": "alert", "reward": "boom", "message": "failed on every completion"}, "reward_fault"),
+        ({"type": "alert", "source": "audit", "message": "reward audit: 2 of 4 wrong"}, "reward_fault"),
+        ({"type": "alert", "kind": "no_signal_streak"}, "signal_alert"),
+        ({"type": "alert", "kind": "length_drift"}, "signal_alert"),
+        ({"type": "info", "kind": "length_drift"}, "signal_info"),
+        ({"type": "info", "message": "training started"}, None),
+        ({"type": "reward_reloaded", "reward": "boom", "message": "changed: syntax error"}, None),
+        ({"type": "warning", "message": "grpo.kl mirror ..."}, None),
+    ]
+    assert [rundir.event_category(event) for event, _ in cases] == [expected for _, expected in cases]
+
+
+def test_live_length_drift_is_info_then_an_alert_once_success_stops_rising(tmp_path):
+    run = RunDir.create(str(tmp_path / "run"))
+    log = diagnostics.AlertLog(run)
+    rows = _quickstart_like(20)
+    for n in range(1, len(rows) + 1):
+        log.update(rows[:n])
+    # then success falls back while length stays short: the same kind, now an alert
+    for step in range(21, 61):
+        rows.append({**rows[19], "step": step, "success": 0.0})
+        log.update(rows)
+    diagnostics.AlertLog(run).update(rows)  # resumed: nothing new
+    written = [(e["type"], e["kind"]) for e in run.events() if e.get("kind") == "length_drift"]
+    assert written == [("info", "length_drift"), ("alert", "length_drift")]
+
+
+def test_train_summary_counts_reward_faults_apart_from_signal_findings(tmp_path):
+    from types import SimpleNamespace
+
+    from local_grpo.config import fill_defaults
+    from local_grpo.train import run as train
+
+    run = RunDir.create(str(tmp_path / "run"))
+    for row in _quickstart_like():
+        run.append("metrics.jsonl", row)
+    run.event("reward_fault", "ValueError: bad", step=3, reward="correct_numeric", kind="exception")
+    run.event("alert", "completion length drifted", step=10, kind="length_drift")  # live, before success rose
+    config = fill_defaults(Config())
+    summary = train.summarize(run, config, SimpleNamespace(backend="hf", device="cpu"), seconds=1.0)
+    assert (summary["reward_faults"], summary["signal_alerts"]) == (1, 0)
+    text = train.format_summary(summary)
+    assert "  reward faults: 1 (" in text and "signal alerts" not in text
+    assert "signal info: completion length moved from 40 to 27 tokens while success rose 0.09 -> 0.71" in text
 
 
 # --- zero-std filtering ----------------------------------------------------------------------

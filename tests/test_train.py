@@ -72,6 +72,43 @@ def test_resume_continues_from_the_last_checkpoint(tiny_config):
     assert any("resumed from step 2" in e["message"] for e in run.events())
 
 
+def _snapshot(folder) -> dict:
+    """{relative path: (size, mtime_ns)} of every file under a run directory."""
+    out = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            info = os.stat(path)
+            out[os.path.relpath(path, folder)] = (info.st_size, info.st_mtime_ns)
+    return out
+
+
+def test_resume_of_a_finished_run_changes_nothing_and_a_larger_max_steps_extends_exactly(tiny_config, capsys):
+    from local_grpo import cli
+
+    tiny_config.grpo.max_steps, tiny_config.grpo.save_steps, tiny_config.grpo.p_ref_samples = 4, 2, 0
+    train.train(tiny_config, progress=False)
+    run = RunDir.open(tiny_config.output_dir)
+    before = _snapshot(run.path)
+
+    for max_steps in (4, 3):  # the same or a smaller --max-steps: already complete
+        tiny_config.grpo.max_steps = max_steps
+        summary = train.train(tiny_config, resume=True, progress=False)
+        assert summary["already_complete"] and summary["checkpoint_step"] == 4 and summary["steps"] == 4
+    assert "already complete (step 4 of max_steps 4)" in train.format_summary(summary)
+    # plain --resume keeps the run's own max_steps (not the default 40)
+    assert cli.main(["train", "--model", tiny_config.model.name, "--output", run.path, "--resume"]) == 0
+    assert "is already complete" in capsys.readouterr().out
+    assert _snapshot(run.path) == before
+
+    tiny_config.grpo.max_steps = 6
+    summary = train.train(tiny_config, resume=True, progress=False)
+    assert summary["steps"] == 6 and not summary.get("already_complete")
+    assert [m["step"] for m in run.metrics()] == [1, 2, 3, 4, 5, 6]
+    assert sorted({c["step"] for c in run.completions()}) == [1, 2, 3, 4, 5, 6]
+    assert os.path.basename(run.last_checkpoint()) == "checkpoint-6"
+
+
 def test_weights_changed_event(tiny_config):
     from local_grpo.train.callbacks import RunDirCallback
     from local_grpo.train.recorder import RewardRecorder

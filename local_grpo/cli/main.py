@@ -57,6 +57,10 @@ def run_train(args) -> int:
     config = config_from_args(args)
     if args.resume and not config.output_dir:
         raise UserError("--resume: needs --output RUN_DIR (the run to continue)")
+    if args.resume and args.cfg__max_steps is None:  # plain --resume: the run's own max_steps, not the default
+        from ..rundir import CONFIG, RunDir
+
+        config.grpo.max_steps = config_mod.load(RunDir.open(config.output_dir).file(CONFIG)).grpo.max_steps
     with stdout_to_stderr(args.json):  # libraries print (Unsloth, trackers): stdout is for the one JSON object
         summary = train.train(config, resume=args.resume, overwrite=args.overwrite, progress=not args.json,
                               force=args.force)

@@ -9,6 +9,7 @@ We wrap TRL's GRPOTrainer; we do not fork it.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -31,6 +32,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     The memory plan runs first and refuses a clear misfit unless `force`.
     """
     config = checked_config(config, resume, overwrite)
+    if resume and (finished := completed_summary(config)) is not None:
+        return finished  # a finished run: say so and change nothing
     plan.preflight(config, force=force)
     recorder = reward_recorder(config)  # every reward built once, before any model loads
     backend = backends.pick_backend(config.backend)
@@ -153,6 +156,28 @@ def saved_config(config: Config) -> Config:
     return saved
 
 
+def completed_summary(config: Config) -> dict | None:
+    """The run's summary marked already_complete when its last checkpoint reached max_steps, else None.
+
+    Checked before TRL resumes: transformers' Trainer runs one optimizer step before it tests
+    global_step >= max_steps, so resuming from the final checkpoint would train a step past the end.
+    """
+    run = RunDir(config.output_dir, readonly=True)
+    checkpoint = run.last_checkpoint()
+    if checkpoint is None:
+        return None
+    step = int(checkpoint.rsplit("-", 1)[-1])
+    try:
+        with open(os.path.join(checkpoint, "trainer_state.json"), encoding="utf-8") as fh:
+            step = int(json.load(fh)["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # the folder name's step
+    if step < config.grpo.max_steps:
+        return None
+    summary = run.read_json(rundir.SUMMARY) or {"run_dir": run.path, "adapter": run.adapter_dir, "steps": step}
+    return {**summary, "already_complete": True, "checkpoint_step": step, "max_steps": config.grpo.max_steps}
+
+
 def process_rank() -> int:
     """This process's rank in a multi-process (accelerate launch / torchrun) run; 0 when alone."""
     return int(os.environ.get("RANK", "0") or 0)
@@ -197,7 +222,8 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
         return round(sum(values) / len(values), 4) if values else None
 
     first, last = metrics[:window], metrics[-window:]
-    faults = [e for e in run.events() if e.get("type") in ("reward_fault", "alert")]
+    faults = [e for e in run.events() if rundir.event_category(e) == "reward_fault"]
+    signal = diagnostics.signal_summary(metrics, diagnostics.format_reward_names([s.name for s in config.rewards]))
     return {
         "run_dir": run.path,
         "adapter": run.adapter_dir,
@@ -211,13 +237,17 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
         "reward_end": mean(last, "reward"),
         "success_start": mean(first, "success"),
         "success_end": mean(last, "success"),
-        "reward_faults": len(faults),
-        "signal": diagnostics.signal_summary(metrics, diagnostics.format_reward_names([s.name for s in config.rewards])),
+        "reward_faults": len(faults),  # reward code/verifier problems; learning-signal findings are in signal
+        "signal_alerts": len(signal["alerts"]),
+        "signal": signal,
     }
 
 
 def format_summary(summary: dict) -> str:
     """The short human summary printed at the end of `train`."""
+    if summary.get("already_complete"):
+        return (f"Run {summary['run_dir']} is already complete (step {summary['checkpoint_step']} of max_steps "
+                f"{summary['max_steps']}): nothing trained, nothing changed. A larger --max-steps extends it.")
     w = summary["window_steps"]
 
     def pair(key):
@@ -230,7 +260,8 @@ def format_summary(summary: dict) -> str:
         f"  success (mean of first/last {w} steps): {pair('success')}",
     ]
     if summary.get("reward_faults"):
-        lines.append(f"  reward faults/alerts: {summary['reward_faults']} (see events.jsonl)")
+        lines.append(f"  reward faults: {summary['reward_faults']} (a reward raised, timed out or returned bad "
+                     "values, or the audit disagreed; see events.jsonl)")
     lines += diagnostics.summary_lines(summary.get("signal"))
     lines.append(f"  run directory: {summary['run_dir']}")
     lines.append(f"  LoRA adapter:  {summary['adapter']}")

@@ -104,4 +104,4 @@ def test_a_run_survives_every_reward_fault_and_records_them(tiny_config, tmp_pat
     assert "reward_reloaded" not in set(alerts["type"]) and any("changed: syntax error" in m for m in alerts["message"])
     faults_view = runs.completions_table(run.completions(), view="faults")
     assert len(faults_view) > 0 and (faults_view["boom"] == "fault").all()
-    assert "alert(s)/reward fault(s)" in runs.run_overview(run.path, run.metrics(), events)
+    assert "reward fault(s)" in runs.run_overview(run.path, run.metrics(), events)
