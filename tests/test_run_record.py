@@ -128,3 +128,24 @@ def test_held_out_eval_matches_the_eval_greedy_path_and_leaves_training_as_it_wa
     loaded.model.eval()
     hook(6)
     assert not loaded.model.training
+
+
+def test_resume_records_the_reward_file_as_it_is_at_the_resume(tiny_model_dir, tmp_path):
+    reward_file = tmp_path / "my_reward.py"
+    write_version(reward_file, VERSIONS[0])
+    spec = f"{reward_file}:mine"
+    config = make_tiny_config(tiny_model_dir, str(tmp_path / "run"), steps=2, save_steps=2, max_completion_length=8)
+    config.rewards = [RewardSpec("correct_numeric", 1.0), RewardSpec(spec, 0.5)]
+    config.grpo.p_ref_samples = 0
+    train.train(config, progress=False)
+    run = RunDir.open(config.output_dir)
+    # a version first used after the step-2 checkpoint (the run died later): --resume redoes that step
+    lost = run.keep_reward_file(spec, VERSIONS[2].encode(), 3)
+    write_version(reward_file, VERSIONS[1])  # edited while the run was stopped
+    config.grpo.max_steps = 3
+    train.train(config, resume=True, progress=False)
+
+    digests = [hashlib.sha256(VERSIONS[i].encode()).hexdigest() for i in (0, 1)]
+    assert [(e["first_step"], e["sha256"]) for e in run.reward_files()] == [(1, digests[0]), (3, digests[1])]
+    assert not os.path.exists(run.file(lost["file"]))
+    assert {c["rewards"]["mine"] for c in run.completions() if c["step"] == 3} == {0.5}

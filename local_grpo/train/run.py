@@ -43,8 +43,6 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     checkpoints = os.path.join(config.output_dir, rundir.CHECKPOINTS)
     args = trainer.grpo_args(config, checkpoints, backends.cuda_available(), backend)  # grpo.trl is checked here
     run, checkpoint = open_run(config, resume=resume, overwrite=overwrite)
-    start_step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else 0
-    record_reward_files(run, config, recorder, start_step)  # RUN_DIR/reward_code.json and the copies
     loaded = backends.load(config)
     recorder.run = run
     measured = p_ref.ensure_p_ref(run, config, loaded, held_out, recorder.success_fn)  # RUN_DIR/p_ref.json
@@ -77,6 +75,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
 
         attach_audit(config, run, recorder, callback)
     diagnostics.warn_inert_kl(run, config)
+    start_step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else 0
+    record_reward_files(run, config, recorder, start_step)  # RUN_DIR/reward_code.json and the copies
     run.event("info", f"training started: backend={loaded.backend} device={loaded.device} "
               f"model={loaded.model_path} train={len(train_rows)} held_out={len(held_out)}", step=start_step)
     started = time.time()
