@@ -122,6 +122,9 @@ class GRPOSettings:
     audit: bool = _f(False, "Re-check the best completions with an independent verifier each step.")
     p_ref_samples: int = _f(4, "Completions sampled per held-out prompt at the start of a run to measure p_ref (the starting model's success) for success_predicted; 0 = off.")
     p_ref_prompts: int = _f(8, "Held-out prompts used to measure p_ref at the start of a run; 0 = off.")
+    eval_steps: int = _f(0, "Every N steps, greedy pass@1 on held-out prompts, logged as eval/pass@1 in metrics.jsonl; "
+                            "0 = off. A multiple of logging_steps; single-process runs only.")
+    eval_prompts: int = _f(16, "Held-out prompts (at most) used by the eval every grpo.eval_steps steps.")
     trl: dict = _f({}, "Any other field of TRL's GRPOConfig, passed through as is, e.g. {importance_sampling_level: "
                        "sequence} (GSPO), {epsilon_high: 0.28} (DAPO clip-higher), {report_to: tensorboard}.")
 
@@ -420,6 +423,13 @@ def validate(config: Config) -> Config:
     for name in ("p_ref_samples", "p_ref_prompts"):
         if getattr(g, name) < 0:
             raise UserError(f"grpo.{name}: must be >= 0 (0 = no p_ref measurement), got {getattr(g, name)}")
+    if g.eval_steps < 0:
+        raise UserError(f"grpo.eval_steps: must be >= 0 (0 = no periodic eval), got {g.eval_steps}")
+    if g.eval_steps and g.eval_steps % g.logging_steps:
+        raise UserError(f"grpo.eval_steps: {g.eval_steps} must be a multiple of grpo.logging_steps {g.logging_steps} "
+                        "(the result goes into that step's metrics line)")
+    if g.eval_steps:
+        _positive("grpo.eval_prompts", g.eval_prompts)
     if g.warmup_steps < 0:
         raise UserError(f"grpo.warmup_steps: must be >= 0, got {g.warmup_steps}")
     if g.max_grad_norm <= 0:

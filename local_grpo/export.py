@@ -271,7 +271,7 @@ def same_prompt_ids(tokenizer, other, config: Config, count: int) -> bool:
 # --- model card ---------------------------------------------------------------------------
 
 def write_card(run, config: Config, folder: str, fmt: str, quant: str | None, result: dict) -> None:
-    """README.md: base model, task, rewards and weights, GRPO settings, steps, eval results, reward curve."""
+    """README.md: base model, task, rewards and weights, GRPO settings, steps, eval results, reward curve, reward code."""
     summary = run.read_json(rundir.SUMMARY) or {}
     compare = run.eval_compare()
     curve = plot_reward_curve(run.metrics(), os.path.join(folder, CURVE))
@@ -302,6 +302,7 @@ def write_card(run, config: Config, folder: str, fmt: str, quant: str | None, re
                      f"success: {summary.get('success_start')} -> {summary.get('success_end')}")
     if curve:
         lines += ["", f"![reward curve]({CURVE})"]
+    lines += reward_code_lines(run.reward_files())
     if compare:
         lines += ["", "## Evaluation (`local-grpo eval --compare`)",
                   f"{compare.get('n_prompts')} {compare.get('split', 'held-out')} prompts, {compare.get('samples')} samples, "
@@ -321,6 +322,19 @@ def write_card(run, config: Config, folder: str, fmt: str, quant: str | None, re
     lines += ["", "## Load", "```python"] + load_snippet(fmt, result) + ["```", ""]
     with open(os.path.join(folder, CARD), "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines))
+
+
+def reward_code_lines(entries: list[dict]) -> list[str]:
+    """The card's "Reward code" section: each user reward file version trained with (RUN_DIR/reward_code.json)."""
+    if not entries:
+        return []
+    lines = ["", "## Reward code",
+             "User reward files this adapter was trained with, each version from the step it became active "
+             "(copies in the run directory, named by their SHA-256).", "",
+             "| reward | from step | sha256 | copy in the run |", "| --- | --- | --- | --- |"]
+    for entry in entries:
+        lines.append(f"| `{entry.get('spec')}` | {entry.get('first_step')} | `{entry.get('sha256')}` | `{entry.get('file')}` |")
+    return lines
 
 
 def load_snippet(fmt: str, result: dict) -> list[str]:

@@ -5,6 +5,8 @@
     RUN_DIR/completions.jsonl            one CompletionRecord per sampled completion
     RUN_DIR/events.jsonl                 one EventRecord per info line, warning, alert or reward fault
     RUN_DIR/p_ref.json                   per-prompt success of the starting model (when measured)
+    RUN_DIR/reward_code.json             one RewardFileRecord per version of a user reward file trained with
+    RUN_DIR/reward_code/                 the copies of those versions, <sha256[:16]>-<file name>.py
     RUN_DIR/control.json                 live changes from the app (reward weights), read each step
     RUN_DIR/summary.json                 the end-of-training summary
     RUN_DIR/eval_compare.json            base vs trained metrics (`local-grpo eval --run RUN_DIR --compare`)
@@ -22,6 +24,7 @@ import torch, transformers or trl.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -43,8 +46,10 @@ SUMMARY = "summary.json"
 EVAL_COMPARE = "eval_compare.json"
 EVAL_COMPARE_PROMPTS = "eval_compare_prompts.jsonl"
 EVAL_PROMPTS = "eval_prompts.jsonl"
+REWARD_CODE = "reward_code"
+REWARD_CODE_MANIFEST = "reward_code.json"
 FILES = (CONFIG, METRICS, COMPLETIONS, EVENTS, P_REF, CONTROL, SUMMARY, EVAL_COMPARE, EVAL_COMPARE_PROMPTS,
-         EVAL_PROMPTS, CHECKPOINTS, ADAPTER)
+         EVAL_PROMPTS, REWARD_CODE_MANIFEST, REWARD_CODE, CHECKPOINTS, ADAPTER)
 
 # events.jsonl types: reward faults (a reward could not score) are counted apart from learning-signal alerts
 EVENT_TYPES = ("info", "warning", "alert", "reward_fault", "reward_reloaded", "weights_changed")
@@ -114,6 +119,19 @@ class EventRecord:
 
     def to_json(self) -> dict:
         return {"time": self.time, "type": self.type, "message": self.message, **self.extra}
+
+
+@dataclass
+class RewardFileRecord:
+    """One version of a user reward file a run trained with (an entry of reward_code.json)."""
+
+    spec: str  # the reward as configured: path/to/file.py:function
+    file: str  # the copy, relative to the run directory: reward_code/<sha256[:16]>-<file name>.py
+    sha256: str  # of the file's bytes
+    first_step: int  # the first trainer step scored with this version
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -281,7 +299,51 @@ class RunDir:
         os.replace(tmp, path)
         return total - len(kept)
 
+    def keep_reward_file(self, spec: str, content: bytes, first_step: int) -> dict | None:
+        """Record a version of a user reward file: its copy under reward_code/ and a reward_code.json entry.
+
+        Nothing is written when it is the spec's latest recorded version already (same sha256); returns
+        the new entry, else None.
+        """
+        if self.readonly:
+            return None
+        digest = hashlib.sha256(content).hexdigest()
+        latest = [r for r in self.reward_files() if r.get("spec") == spec]
+        if latest and latest[-1].get("sha256") == digest:
+            return None
+        stem = os.path.basename(spec.rsplit(":", 1)[0] if not spec.endswith(".py") else spec)
+        relative = f"{REWARD_CODE}/{digest[:16]}-{stem}"
+        copy = self.file(relative)
+        if not os.path.isfile(copy):
+            os.makedirs(self.file(REWARD_CODE), exist_ok=True)
+            with open(copy + ".tmp", "wb") as fh:
+                fh.write(content)
+            os.replace(copy + ".tmp", copy)
+        record = RewardFileRecord(spec=spec, file=relative, sha256=digest, first_step=int(first_step)).to_json()
+        self.write_json(REWARD_CODE_MANIFEST, [*self.reward_files(), record])
+        return record
+
+    def keep_reward_files_up_to(self, step: int) -> int:
+        """Drop reward_code.json entries first used after `step` (--resume redoes those steps); returns entries dropped.
+
+        A copy no remaining entry names is deleted with its entry.
+        """
+        records = self.reward_files()
+        kept = [r for r in records if int(r.get("first_step", 0)) <= step]
+        if self.readonly or len(kept) == len(records):
+            return 0
+        self.write_json(REWARD_CODE_MANIFEST, kept)
+        for name in {r.get("file") for r in records} - {r.get("file") for r in kept}:
+            if isinstance(name, str) and os.path.isfile(self.file(name)):
+                os.remove(self.file(name))
+        return len(records) - len(kept)
+
     # --- reading ---------------------------------------------------------------------------
+    def reward_files(self) -> list[dict]:
+        """reward_code.json's entries (RewardFileRecord dicts) in the order recorded; [] when absent or garbled."""
+        data = self.read_json(REWARD_CODE_MANIFEST)
+        return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
+
     def metrics(self) -> list[dict]:
         return read_jsonl(self.file(METRICS))
 

@@ -57,6 +57,9 @@ def test_every_preset_validates(name):
         (lambda c: setattr(c.data, "task", "poetry"), "data.task"),
         (lambda c: setattr(c.model, "dtype", "int3"), "model.dtype"),
         (lambda c: setattr(c.grpo, "max_steps", "ten"), "grpo.max_steps"),
+        (lambda c: setattr(c.grpo, "eval_steps", -1), "grpo.eval_steps"),
+        (lambda c: (setattr(c.grpo, "eval_steps", 3), setattr(c.grpo, "logging_steps", 2)), "grpo.eval_steps"),
+        (lambda c: (setattr(c.grpo, "eval_steps", 2), setattr(c.grpo, "eval_prompts", 0)), "grpo.eval_prompts"),
     ],
 )
 def test_validation_names_the_field(change, field):
@@ -97,6 +100,14 @@ def test_override_flags_cover_common_fields():
         assert flag in flags
     config = cfg.apply_overrides(cfg.Config(), {"num-generations": 4, "lora-r": 8, "load-in-4bit": True})
     assert (config.grpo.num_generations, config.lora.r, config.model.load_in_4bit) == (4, 8, True)
+
+
+def test_periodic_eval_is_off_by_default_and_a_flag():
+    config = cfg.Config()
+    assert (config.grpo.eval_steps, config.grpo.eval_prompts) == (0, 16)
+    assert "eval-steps" in cfg.override_fields() and "eval-prompts" in cfg.override_fields()
+    config.grpo.eval_steps, config.grpo.logging_steps = 4, 2
+    assert cfg.validate(config).grpo.eval_steps == 4
 
 
 def test_kl_mode_follows_beta():

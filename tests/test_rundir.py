@@ -7,7 +7,7 @@ import os
 import pytest
 
 from local_grpo.errors import UserError
-from local_grpo.rundir import METRICS, RunDir, read_jsonl
+from local_grpo.rundir import METRICS, REWARD_CODE, RunDir, read_jsonl
 
 
 def test_append_and_read_back(tmp_path):
@@ -84,14 +84,15 @@ def _doc_section(title: str) -> str:
 
 
 @pytest.mark.parametrize("title,record", [
-    ("MetricsRecord", "MetricsRecord"), ("CompletionRecord", "CompletionRecord"), ("EventRecord", "EventRecord")])
+    ("MetricsRecord", "MetricsRecord"), ("CompletionRecord", "CompletionRecord"), ("EventRecord", "EventRecord"),
+    ("RewardFileRecord", "RewardFileRecord")])
 def test_docs_list_every_field_of_each_record(title, record):
     import dataclasses
 
     from local_grpo import rundir
 
     section = _doc_section(title)
-    documented = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.MULTILINE))
+    documented = set(re.findall(r"^\| `([a-z_0-9]+)` \|", section, flags=re.MULTILINE))
     assert documented == {f.name for f in dataclasses.fields(getattr(rundir, record))}
 
 
@@ -134,3 +135,26 @@ def test_completion_records_round_trip_as_documented(tmp_path):
     assert run.completions() == [record.to_json()]
     metrics = rundir.MetricsRecord(step=3, time=1.5, success=0.25, values={"reward": 0.5}).to_json()
     assert metrics == {"step": 3, "reward": 0.5, "success": 0.25, "time": 1.5}
+
+
+def test_reward_file_versions_are_kept_once_per_content(tmp_path):
+    import hashlib
+
+    run = RunDir.create(str(tmp_path / "r"))
+    first = b"def f(completions, **kw):\n    return [0.0] * len(completions)\n"
+    second = first.replace(b"0.0", b"1.0")
+    assert run.keep_reward_file("rw/mine.py:f", first, 1)["file"] == f"reward_code/{hashlib.sha256(first).hexdigest()[:16]}-mine.py"
+    assert run.keep_reward_file("rw/mine.py:f", first, 3) is None  # unchanged: no second entry
+    run.keep_reward_file("rw/mine.py:g", first, 1)  # another function of the same file shares the copy
+    run.keep_reward_file("rw/mine.py:f", second, 4)
+    entries = run.reward_files()
+    assert [(e["spec"], e["first_step"]) for e in entries] == [("rw/mine.py:f", 1), ("rw/mine.py:g", 1), ("rw/mine.py:f", 4)]
+    assert [e["sha256"] for e in entries] == [hashlib.sha256(c).hexdigest() for c in (first, first, second)]
+    assert len(os.listdir(run.file(REWARD_CODE))) == 2
+    for entry in entries:
+        with open(run.file(entry["file"]), "rb") as fh:
+            assert hashlib.sha256(fh.read()).hexdigest() == entry["sha256"]
+    # --resume from step 3: the version first used at step 4 is dropped with its copy
+    assert run.keep_reward_files_up_to(3) == 1
+    assert [e["first_step"] for e in run.reward_files()] == [1, 1]
+    assert len(os.listdir(run.file(REWARD_CODE))) == 1

@@ -49,6 +49,7 @@ class RewardRecorder:
         self.batch = _Batch()
         self.success_window: list[float] = []  # per-completion success since the last log
         self.on_scored = []  # callables(step, records) e.g. the zero-std filter and the audit
+        self.on_event = []  # callables(fn, step, event) for each reward event, e.g. the reward-file record
 
     @property
     def names(self) -> list[str]:
@@ -74,12 +75,27 @@ class RewardRecorder:
         reward.__name__ = fn.__name__
         return reward
 
-    def _write_events(self, fn) -> None:
+    def _write_events(self, fn, step: int | None = None) -> None:
+        step = self.step if step is None else step
         for event in fn.drain_events():
+            for hook in self.on_event:
+                hook(fn, step, dict(event))
             if self.write and self.run is not None:
                 kind = event.pop("type", "reward_fault")
                 message = event.pop("message", "")
-                self.run.event(kind, message, step=self.step, **event)
+                self.run.event(kind, message, step=step, **event)
+
+    def judge(self, completions, step: int, **kwargs) -> list[int]:
+        """Success (1/0) of completions scored outside a training batch (the periodic eval).
+
+        The success reward's events (a fault, a reloaded file) are recorded at `step`, the first
+        training step that will score with the code they report.
+        """
+        import rewards
+
+        scores = self.success_fn(completions, **kwargs)
+        self._write_events(self.success_fn, step)
+        return [int(rewards.is_success(s)) for s in scores]
 
     def _finish_batch(self, completions, kwargs) -> None:
         import rewards

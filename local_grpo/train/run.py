@@ -22,7 +22,9 @@ from ..errors import UserError
 from ..rundir import RunDir
 from . import diagnostics, p_ref, trainer
 from .callbacks import RunDirCallback
+from .held_out_eval import HeldOutEval
 from .recorder import RewardRecorder
+from .reward_files import RewardFileLog
 
 
 def train(config: Config, resume: bool = False, overwrite: bool = False, progress: bool = True,
@@ -69,12 +71,15 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     callback.attach(grpo_trainer)
     if measured:
         callback.metric_hooks.append(p_ref.PredictedSuccess(measured, config))
+    if config.grpo.eval_steps:
+        attach_held_out_eval(run, config, callback, grpo_trainer.model, loaded.tokenizer, held_out)
     if config.grpo.audit:
         from .audit import attach_audit
 
         attach_audit(config, run, recorder, callback)
     diagnostics.warn_inert_kl(run, config)
     start_step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else 0
+    record_reward_files(run, config, recorder, start_step)  # RUN_DIR/reward_code.json and the copies
     run.event("info", f"training started: backend={loaded.backend} device={loaded.device} "
               f"model={loaded.model_path} train={len(train_rows)} held_out={len(held_out)}", step=start_step)
     started = time.time()
@@ -124,6 +129,25 @@ def reward_recorder(config: Config) -> RewardRecorder:
         except rewards.RewardSpecError as exc:
             raise UserError(f"success_reward: {exc}") from None
     return RewardRecorder(None, reward_fns, [s.weight for s in config.rewards], success_fn)
+
+
+def record_reward_files(run: RunDir, config: Config, recorder: RewardRecorder, start_step: int) -> None:
+    """Keep the user reward files' versions from the first step on, and each version a reload brings."""
+    log = RewardFileLog(run, config, recorder)
+    if not log.specs:
+        return
+    run.keep_reward_files_up_to(start_step)  # --resume redoes later steps, with the files as they are now
+    log.start(start_step + 1)
+    recorder.on_event.append(log.on_event)
+
+
+def attach_held_out_eval(run: RunDir, config: Config, callback: RunDirCallback, model, tokenizer,
+                         held_out: list[dict]) -> None:
+    """Greedy pass@1 on held-out prompts every grpo.eval_steps steps (a metric hook); a warning when there are none."""
+    if not held_out:
+        run.event("warning", "grpo.eval_steps: no held-out prompts (data.num_heldout 0), so no eval/pass@1 is logged")
+        return
+    callback.metric_hooks.append(HeldOutEval(model, tokenizer, held_out, callback.recorder, config))
 
 
 def open_run(config: Config, resume: bool, overwrite: bool) -> tuple[RunDir, str | None]:
@@ -202,6 +226,9 @@ def check_scale_out(config: Config) -> None:
                             "launch (accelerate/torchrun), which needs --backend hf (see docs/scaling.md)")
         if config.grpo.filter_zero_std:  # each rank sees only its own completions, so ranks would retire different prompts
             raise UserError("grpo.filter_zero_std: works in single-process runs only; turn it off for multi-process training")
+        if config.grpo.eval_steps:  # generating on one rank would stall sharded (ZeRO-3) models
+            raise UserError("grpo.eval_steps: works in single-process runs only; set it to 0 for multi-process "
+                            "training and run `local-grpo eval` afterwards")
         config.backend = "hf"
     if config.grpo.use_vllm and config.grpo.vllm_mode == "server" and config.backend == "auto":
         config.backend = "hf"

@@ -81,6 +81,7 @@ def test_accelerate_configs_shipped():
 @pytest.mark.parametrize("args, env, expected", [
     (["--backend", "unsloth"], {"WORLD_SIZE": "2", "RANK": "0"}, "backend: unsloth trains in one process"),
     (["--backend", "unsloth", "--use-vllm", "--vllm-mode", "server"], {}, "grpo.vllm_mode: server mode"),
+    (["--backend", "hf", "--eval-steps", "2"], {"WORLD_SIZE": "2", "RANK": "0"}, "grpo.eval_steps: works in single-process"),
 ])
 def test_unsupported_backend_combinations_are_one_line(args, env, expected, tiny_model_dir, tmp_path, capsys,
                                                        monkeypatch):
