@@ -3,7 +3,12 @@
 All Unsloth imports live here, and only inside `_load_unsloth`: importing unsloth patches
 transformers and swaps `trl.GRPOTrainer` for its own globally, so it must happen before trl or
 transformers are imported, and only in the process that trains with it. `auto` picks Unsloth
-when it is installed and a CUDA GPU is present, else the plain HF backend.
+when it is installed and a CUDA GPU is present, else the plain HF backend (`resolve_backend`).
+
+The decisions that differ by device are small named functions, testable without a GPU:
+`device_map` (where a model is placed at load), `compute_dtype`, `resolve_backend`, `check_vllm`,
+`explicit_trl_fields` (GRPOConfig fields both backends must receive) and `keep_trainable_fp32`.
+Everything a library prints while loading goes to stderr (`output.stdout_to_stderr`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 from . import models
 from .config import Config
 from .errors import UserError
+from .output import notice, stdout_to_stderr
 
 SIMPLE_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
@@ -59,21 +65,122 @@ def pick_backend(requested: str) -> str:
     return requested
 
 
-def load(config: Config) -> LoadedModel:
-    """Load the config's model with its backend and attach LoRA."""
-    backend = pick_backend(config.backend)
-    if backend == "unsloth":
-        return _load_unsloth(config)
-    return _load_hf(config)
+HF_ONLY_KL = ("mirror", "both")  # kl_variants hooks TRL's loss; Unsloth's fused GRPO loss bypasses it
+
+
+def resolve_backend(config: Config, announce: bool = False) -> str:
+    """The backend this config trains with here: `pick_backend`, except that kl mirror/both need hf.
+
+    `auto` with grpo.kl mirror|both resolves to hf (one notice line on stderr when `announce`);
+    an explicit `backend: unsloth` with them is refused before anything loads.
+    """
+    kl = config.kl_mode
+    if kl in HF_ONLY_KL:
+        if config.backend == "unsloth":
+            raise UserError(f"grpo.kl: {kl} needs the hf backend (Unsloth's fused GRPO loss has no hook for the KL "
+                            "to the previous policy); use --backend hf (or auto), or kl ref/none")
+        if config.backend == "auto":
+            if announce and pick_backend("auto") == "unsloth":
+                notice(f"backend auto -> hf: grpo.kl {kl} needs the hf backend (Unsloth's fused loss cannot add it)")
+            return "hf"
+    return pick_backend(config.backend)
+
+
+def check_vllm(config: Config) -> None:
+    """grpo.use_vllm needs a CUDA GPU and the vllm package: say so up front, before any model loads.
+
+    Server mode only talks to a separately started `trl vllm-serve`, but TRL's client still imports vllm.
+    """
+    if not config.grpo.use_vllm:
+        return
+    if not cuda_available():
+        raise UserError("grpo.use_vllm: vLLM generation needs a CUDA GPU and none is visible; "
+                        "drop --use-vllm (generation then runs through transformers)")
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError("grpo.use_vllm: the vllm package is not installed (pip install vllm, matching your "
+                        "torch), or drop --use-vllm")
+
+
+def local_rank() -> int:
+    """This process's GPU index on its node (LOCAL_RANK under accelerate launch / torchrun; 0 alone)."""
+    return int(os.environ.get("LOCAL_RANK", "0") or 0)
+
+
+def deepspeed_zero3() -> bool:
+    """True under `accelerate launch` with a DeepSpeed ZeRO-3 config (it places parameters itself)."""
+    return os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "") == "3"
+
+
+def device_map(on_cuda: bool) -> dict | None:
+    """`from_pretrained`'s device_map: the whole model on this process's GPU at load, or None.
+
+    None on CPU, and under DeepSpeed ZeRO-3 (which refuses a device_map). On CUDA the model is placed
+    at load, so 4-bit weights land on this rank's GPU (accelerate refuses a 4-bit model on another
+    device) and p_ref, which samples before the Trainer would move the model, runs on the GPU.
+    """
+    if not on_cuda or deepspeed_zero3():
+        return None
+    return {"": local_rank()}
+
+
+# GRPOConfig fields whose defaults Unsloth 2026.10.9 rewrites (unsloth/models/rl.py: `replacements`, and
+# the dapo branch that fills mask_truncated_completions / epsilon_high when loss_type is given). Our
+# values are TRL's own defaults, so the HF backend trains as before and Unsloth now trains the same.
+WEIGHT_DECAY = 0.0  # Unsloth: 0.001
+MASK_TRUNCATED_COMPLETIONS = False  # Unsloth with an explicit loss_type dapo: True
+VLLM_IMPORTANCE_SAMPLING_CORRECTION = True  # Unsloth: False (only acts with use_vllm)
+ROUTER_AUX_LOSS_COEF = 0.0  # Unsloth: 0.0; TRL: the MoE model's own coefficient (Unsloth's forward cannot compute it)
+
+
+def explicit_trl_fields(config: Config) -> dict[str, Any]:
+    """GRPOConfig fields both backends must receive explicitly, so one config trains the same on both.
+
+    epsilon_high = grpo.epsilon: symmetric clipping, what TRL does when it is unset (Unsloth would set
+    0.28 for dapo). vllm_gpu_memory_utilization: the share of the GPU vLLM reserves (see the plan).
+    """
+    g = config.grpo
+    return {
+        "weight_decay": WEIGHT_DECAY,
+        "mask_truncated_completions": MASK_TRUNCATED_COMPLETIONS,
+        "epsilon_high": g.epsilon,
+        "router_aux_loss_coef": ROUTER_AUX_LOSS_COEF,
+        "vllm_importance_sampling_correction": VLLM_IMPORTANCE_SAMPLING_CORRECTION,
+        "vllm_gpu_memory_utilization": g.vllm_gpu_memory_utilization,
+    }
+
+
+def keep_trainable_fp32(loaded: "LoadedModel") -> int:
+    """Undo TRL's bf16 cast of the LoRA weights on a 4-bit base (HF backend); returns how many tensors were restored.
+
+    TRL 1.15's GRPOTrainer.__init__ casts every trainable parameter of a quantized model to bf16
+    (grpo_trainer.py, "QLoRA" comment). At the gsm8k recipes' learning rate 5e-6 Adam's steps are
+    far below bf16's resolution at LoRA A's magnitude, so A would stay frozen. Unsloth removes the
+    cast; call this after the trainer is built and before training (the optimizer is created then).
+    """
+    if loaded.backend != "hf" or not getattr(loaded.model, "is_loaded_in_4bit", False):
+        return 0
+    import torch
+
+    restored = 0
+    for param in loaded.model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
+            restored += 1
+    return restored
 
 
 def compute_dtype(config: Config, on_cuda: bool):
+    """The model's compute dtype: the config's, else bf16 on GPUs with native bf16, fp16 on older ones, fp32 on CPU.
+
+    `including_emulation=False`, as Unsloth decides: pre-Ampere cards emulate bf16 (slowly) and
+    torch's default would count that as support.
+    """
     import torch
 
     if config.model.dtype != "auto":
         return getattr(torch, config.model.dtype)
     if on_cuda:
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
     return torch.float32
 
 
@@ -89,6 +196,35 @@ def prepare_tokenizer(tokenizer) -> Any:
     return tokenizer
 
 
+def load(config: Config) -> LoadedModel:
+    """Load the config's model with its backend and attach LoRA (library prints go to stderr)."""
+    backend = resolve_backend(config)
+    with stdout_to_stderr():
+        if backend == "unsloth":
+            return _load_unsloth(config)
+        return _load_hf(config)
+
+
+def quantization_config(dtype):
+    """bitsandbytes nf4 with double quantisation, computing in `dtype` (the HF backend's 4-bit)."""
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype,
+                              bnb_4bit_use_double_quant=True)
+
+
+def hf_load_kwargs(config: Config, on_cuda: bool) -> dict[str, Any]:
+    """`from_pretrained` kwargs of the HF backend: dtype, 4-bit when configured, placement (`device_map`)."""
+    dtype = compute_dtype(config, on_cuda)
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if config.model.load_in_4bit:
+        kwargs["quantization_config"] = quantization_config(dtype)
+    placement = device_map(on_cuda)
+    if placement is not None:
+        kwargs["device_map"] = placement
+    return kwargs
+
+
 def _load_hf(config: Config) -> LoadedModel:
     import torch
     from peft import LoraConfig, get_peft_model
@@ -96,21 +232,8 @@ def _load_hf(config: Config) -> LoadedModel:
 
     path = models.resolve(config.model.name, config.model.gguf_file)
     on_cuda = torch.cuda.is_available()
-    dtype = compute_dtype(config, on_cuda)
-    kwargs: dict[str, Any] = {"dtype": dtype}
-    if config.model.load_in_4bit:
-        from transformers import BitsAndBytesConfig
-
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_compute_dtype=dtype,
-            bnb_4bit_use_double_quant=True,
-        )
-        if on_cuda:
-            kwargs["device_map"] = {"": 0}
     tokenizer = prepare_tokenizer(_from_pretrained(AutoTokenizer, path))
-    model = _from_pretrained(AutoModelForCausalLM, path, **kwargs)
+    model = _from_pretrained(AutoModelForCausalLM, path, **hf_load_kwargs(config, on_cuda))
     if config.model.load_in_4bit and config.grpo.gradient_checkpointing:
         # Not peft's prepare_model_for_kbit_training: it upcasts embeddings and lm_head to fp32
         # (+2 GB on an 8B model). Checkpointing through a frozen 4-bit base only needs input grads.
@@ -137,30 +260,27 @@ def import_unsloth() -> None:
         if name in sys.modules:
             print(f"warning: {name} was imported before unsloth; Unsloth's patches may be incomplete", file=sys.stderr)
     os.environ.setdefault("UNSLOTH_DISABLE_STATISTICS", "1")
-    import contextlib
-
-    with contextlib.redirect_stdout(sys.stderr):  # Unsloth prints banners; stdout is for --json
+    with stdout_to_stderr():  # Unsloth prints banners; stdout is for --json
         import unsloth  # noqa: F401
 
 
 def _load_unsloth(config: Config) -> LoadedModel:
-    import contextlib
-
     import_unsloth()
     from unsloth import FastLanguageModel
 
     path = models.resolve(config.model.name, config.model.gguf_file)
     on_cuda = cuda_available()
-    fast_inference = bool(config.grpo.use_vllm and on_cuda and importlib.util.find_spec("vllm"))
-    with contextlib.redirect_stdout(sys.stderr):
-        model, tokenizer = FastLanguageModel.from_pretrained(
-            model_name=path,
-            max_seq_length=config.model.max_seq_length,
-            load_in_4bit=config.model.load_in_4bit,
-            dtype=None if config.model.dtype == "auto" else compute_dtype(config, on_cuda),
-            fast_inference=fast_inference,
-            max_lora_rank=config.lora.r,
-        )
+    fast_inference = bool(config.grpo.use_vllm and on_cuda)  # check_vllm refused use_vllm without vllm
+    extra = {"gpu_memory_utilization": config.grpo.vllm_gpu_memory_utilization} if fast_inference else {}
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=path,
+        max_seq_length=config.model.max_seq_length,
+        load_in_4bit=config.model.load_in_4bit,
+        dtype=None if config.model.dtype == "auto" else compute_dtype(config, on_cuda),
+        fast_inference=fast_inference,
+        max_lora_rank=config.lora.r,
+        **extra,
+    )
     model = FastLanguageModel.get_peft_model(
         model,
         r=config.lora.r,
@@ -176,55 +296,53 @@ def _load_unsloth(config: Config) -> LoadedModel:
     return LoadedModel(model, tokenizer, "unsloth", "cuda" if on_cuda else "cpu", path, trl.GRPOTrainer)
 
 
-def load_for_inference(config: Config, adapter_dir: str | None = None) -> LoadedModel:
+def load_for_inference(config: Config, adapter_dir: str | None = None, device: str | None = None) -> LoadedModel:
     """The config's base model, plus a saved LoRA adapter when given, in eval mode for generation.
 
     Used by eval and export. The HF backend loads the base with transformers (4-bit when the config
     says so) and the adapter with `PeftModel.from_pretrained`; the Unsloth backend (only when selected)
-    loads through `FastLanguageModel` and switches it to inference mode. `trainer_class` is None.
+    loads through `FastLanguageModel` and switches it to inference mode. `device="cpu"` keeps an HF
+    model on the CPU even when a GPU is visible (export). `trainer_class` is None.
     """
     backend = pick_backend(config.backend)
     path = models.resolve(config.model.name, config.model.gguf_file)
     if adapter_dir is not None and not os.path.isfile(os.path.join(adapter_dir, "adapter_config.json")):
         raise UserError(f"--adapter: {adapter_dir} has no adapter_config.json (not a PEFT adapter folder)")
     tokenizer_source = adapter_dir if adapter_dir and os.path.isfile(os.path.join(adapter_dir, "tokenizer_config.json")) else path
-    if backend == "unsloth":
-        os.environ.setdefault("UNSLOTH_DISABLE_STATISTICS", "1")
-        import unsloth  # noqa: F401  (patches transformers and peft)
-        from unsloth import FastLanguageModel
+    with stdout_to_stderr():
+        if backend == "unsloth":
+            model, on_cuda = _unsloth_base_for_inference(config, path)
+        else:
+            from transformers import AutoModelForCausalLM
 
-        on_cuda = cuda_available()
-        model, _ = FastLanguageModel.from_pretrained(
-            model_name=path, max_seq_length=config.model.max_seq_length, load_in_4bit=config.model.load_in_4bit,
-            dtype=None if config.model.dtype == "auto" else compute_dtype(config, on_cuda),
-        )
-    else:
-        import torch
-        from transformers import AutoModelForCausalLM
+            on_cuda = cuda_available() and device != "cpu"
+            model = _from_pretrained(AutoModelForCausalLM, path, **hf_load_kwargs(config, on_cuda))
+        from transformers import AutoTokenizer
 
-        on_cuda = torch.cuda.is_available()
-        dtype = compute_dtype(config, on_cuda)
-        kwargs: dict[str, Any] = {"dtype": dtype}
-        if config.model.load_in_4bit:
-            from transformers import BitsAndBytesConfig
+        tokenizer = prepare_tokenizer(_from_pretrained(AutoTokenizer, tokenizer_source))
+        if adapter_dir is not None:
+            from peft import PeftModel
 
-            kwargs["quantization_config"] = BitsAndBytesConfig(
-                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype, bnb_4bit_use_double_quant=True,
-            )
-        if on_cuda:
-            kwargs["device_map"] = {"": 0}
-        model = _from_pretrained(AutoModelForCausalLM, path, **kwargs)
-    from transformers import AutoTokenizer
+            # on the model's device (peft would otherwise read the weights onto any visible GPU first)
+            model = PeftModel.from_pretrained(model, adapter_dir, torch_device="cuda" if on_cuda else "cpu")
+        if backend == "unsloth":
+            from unsloth import FastLanguageModel
 
-    tokenizer = prepare_tokenizer(_from_pretrained(AutoTokenizer, tokenizer_source))
-    if adapter_dir is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, adapter_dir)
-    if backend == "unsloth":
-        FastLanguageModel.for_inference(model)
+            FastLanguageModel.for_inference(model)
     model.eval()
     return LoadedModel(model, tokenizer, backend, "cuda" if on_cuda else "cpu", path, None)
+
+
+def _unsloth_base_for_inference(config: Config, path: str):
+    import_unsloth()
+    from unsloth import FastLanguageModel
+
+    on_cuda = cuda_available()
+    model, _ = FastLanguageModel.from_pretrained(
+        model_name=path, max_seq_length=config.model.max_seq_length, load_in_4bit=config.model.load_in_4bit,
+        dtype=None if config.model.dtype == "auto" else compute_dtype(config, on_cuda),
+    )
+    return model, on_cuda
 
 
 def _from_pretrained(cls, path: str, **kwargs):
@@ -243,6 +361,19 @@ def _present_modules(model, wanted: list[str]) -> list[str]:
     if not present:
         raise UserError(f"lora.target_modules: none of {wanted} exist in this model")
     return present
+
+
+def unsloth_fetch(name: str) -> dict:
+    """Which hub ids Unsloth downloads for `name` (4-bit and 16-bit) and whether each is in the local cache.
+
+    Unsloth maps e.g. Qwen/Qwen2.5-0.5B-Instruct to unsloth/Qwen2.5-0.5B-Instruct-unsloth-bnb-4bit in
+    4-bit, so offline, a cache holding only the name you gave is missed. For `doctor --model`.
+    """
+    report: dict = {"model": name, "cached": models.hub_cache_file(name) is not None}
+    for label, four_bit in (("4bit", True), ("16bit", False)):
+        fetched = models.unsloth_hub_name(name, four_bit)
+        report[label] = {"name": fetched, "cached": models.hub_cache_file(fetched) is not None}
+    return report
 
 
 def versions() -> dict[str, str | None]:

@@ -118,6 +118,7 @@ class GRPOSettings:
     vllm_mode: str = _f("colocate", "TRL vLLM mode: colocate or server (a separate `trl vllm-serve`).")
     vllm_server_host: str = _f("127.0.0.1", "vllm_mode=server: host of the `trl vllm-serve` process.")
     vllm_server_port: int = _f(8000, "vllm_mode=server: port of the `trl vllm-serve` process.")
+    vllm_gpu_memory_utilization: float = _f(0.5, "use_vllm on this GPU (Unsloth, or vllm_mode colocate): share of the GPU's memory vLLM reserves for its weights and KV cache; `plan` counts it.")
     filter_zero_std: bool = _f(False, "Skip prompts whose groups were all-right or all-wrong on recent visits.")
     audit: bool = _f(False, "Re-check the best completions with an independent verifier each step.")
     p_ref_samples: int = _f(4, "Completions sampled per held-out prompt at the start of a run to measure p_ref (the starting model's success) for success_predicted; 0 = off.")
@@ -416,6 +417,8 @@ def validate(config: Config) -> Config:
     _one_of("grpo.loss_type", g.loss_type, LOSS_TYPES)
     _one_of("grpo.scale_rewards", g.scale_rewards, SCALE_REWARDS)
     _one_of("grpo.vllm_mode", g.vllm_mode, VLLM_MODES)
+    if not 0 < g.vllm_gpu_memory_utilization < 1:
+        raise UserError(f"grpo.vllm_gpu_memory_utilization: must be in (0, 1), got {g.vllm_gpu_memory_utilization}")
     if not 0 < g.vllm_server_port < 65536:
         raise UserError(f"grpo.vllm_server_port: {g.vllm_server_port} is not a port number (1-65535)")
     for name in ("num_iterations", "max_steps", "logging_steps", "save_steps", "save_total_limit"):

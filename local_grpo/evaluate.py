@@ -193,6 +193,19 @@ def summarize(records: list[dict], reward_names: list[str], settings: EvalSettin
 
 # --- running from a run directory or flags --------------------------------------------------
 
+def gpu_batch_size(config: Config, settings: EvalSettings) -> int:
+    """Prompts per batch on a GPU: --batch-size, lowered so that one `generate` holds no more sequences
+    (prompts x samples) than the run's training generation batch, which its memory plan sized."""
+    from .output import notice
+    from .plan import prompts_per_generate, sampling_batch_limit
+
+    size = prompts_per_generate(sampling_batch_limit(config), max(settings.samples, 1), settings.batch_size)
+    if size < settings.batch_size:
+        notice(f"eval: --batch-size {settings.batch_size} lowered to {size} on the GPU (at most "
+               f"{sampling_batch_limit(config)} sequences per generate, the run's training generation batch)")
+    return size
+
+
 def run_eval(config: Config, adapter_dir: str | None, settings: EvalSettings, compare: bool = False,
              progress: bool = True) -> dict:
     """Load the model(s) once and evaluate. Returns {"base"?, "trained"? or "model", settings..., "records"}."""
@@ -204,6 +217,8 @@ def run_eval(config: Config, adapter_dir: str | None, settings: EvalSettings, co
         raise UserError(f"--split: the {settings.split} split of this config is empty")
     reward_fns, success_name = reward_functions(config)
     loaded = backends.load_for_inference(config, adapter_dir)
+    if loaded.device == "cuda":
+        settings.batch_size = gpu_batch_size(config, settings)
     result = {"n_prompts": len(rows), "k": settings.k, "samples": settings.samples, "temperature": settings.temperature,
               "seed": settings.seed, "max_new_tokens": settings.max_new_tokens, "split": settings.split,
               "model": config.model.name, "adapter": adapter_dir, "backend": loaded.backend}

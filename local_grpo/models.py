@@ -129,3 +129,69 @@ def _write_hf_folder(gguf_path: str, out_dir: str) -> None:
             tokenizer.pad_token = eos
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+# --- the Hugging Face cache and Unsloth's name mapping (nothing downloads) -------------------
+
+def hub_cache_file(repo_id: str, filename: str = "config.json") -> str | None:
+    """The path of `filename` of hub model `repo_id` in the local Hugging Face cache, or None (no network)."""
+    if check_name_kind_quietly(repo_id) != "hub":
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(repo_id, filename)
+    except Exception:  # a malformed id or cache entry: treat as not cached
+        return None
+    return found if isinstance(found, str) and os.path.isfile(found) else None
+
+
+def check_name_kind_quietly(name: str) -> str | None:
+    """`check_name`'s kind, or None where it would raise (for look-ups that must not fail)."""
+    try:
+        return check_name(name)
+    except UserError:
+        return None
+
+
+def unsloth_hub_name(name: str, load_in_4bit: bool) -> str:
+    """The hub id Unsloth's FastLanguageModel fetches for `name` (it maps e.g. Qwen/... to unsloth/...-bnb-4bit).
+
+    Read from the installed Unsloth's own table (unsloth/models/mapper.py, executed on its own: it is
+    plain data and imports nothing, unlike `import unsloth`). Mirrors unsloth.models.loader_utils'
+    offline mapping: 4-bit -> FLOAT_TO_INT_MAPPER (an explicit -bnb-4bit name is kept), 16-bit ->
+    INT_TO_FLOAT_MAPPER or MAP_TO_UNSLOTH_16bit. `name` itself when Unsloth is absent or has no entry.
+    """
+    tables = _unsloth_mapper_tables()
+    if tables is None or check_name_kind_quietly(name) != "hub":
+        return name
+    int_to_float, float_to_int, to_unsloth_16bit = tables
+    lower = name.lower()
+    if load_in_4bit:
+        if lower in float_to_int and not lower.endswith("-bnb-4bit"):
+            return float_to_int[lower]
+        return name
+    return int_to_float.get(lower) or to_unsloth_16bit.get(lower) or name
+
+
+_MAPPER_CACHE: list = []
+
+
+def _unsloth_mapper_tables():
+    if _MAPPER_CACHE:
+        return _MAPPER_CACHE[0]
+    tables = None
+    spec = importlib.util.find_spec("unsloth")
+    if spec is not None and spec.submodule_search_locations:
+        path = os.path.join(list(spec.submodule_search_locations)[0], "models", "mapper.py")
+        try:
+            mapper_spec = importlib.util.spec_from_file_location("_local_grpo_unsloth_mapper", path)
+            module = importlib.util.module_from_spec(mapper_spec)
+            mapper_spec.loader.exec_module(module)
+            tables = (module.INT_TO_FLOAT_MAPPER, module.FLOAT_TO_INT_MAPPER, module.MAP_TO_UNSLOTH_16bit)
+        except Exception:  # another Unsloth layout: no mapping known
+            tables = None
+    _MAPPER_CACHE.append(tables)
+    return tables

@@ -33,6 +33,7 @@ import dataclasses
 import glob
 import json
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,8 +171,13 @@ _TABLE_BY_KEY = {_table_key(k): v for k, v in MODEL_TABLE.items()}
 
 # --- shapes ----------------------------------------------------------------------------------
 
+class UnknownShape(UserError):
+    """No shape for this model: not a folder, not in the Hugging Face cache, not in the table."""
+
+
 def model_shape(name_or_path: str, flag: str = "--model") -> Shape:
-    """The shape of a model: a local folder's config.json, the embedded model, or the table."""
+    """The shape of a model: a local folder's config.json, the embedded model, the Hugging Face
+    cache's config.json of a hub id (no network), or the table of common hub models."""
     from . import models
 
     if models.is_embedded(name_or_path):
@@ -182,14 +188,18 @@ def model_shape(name_or_path: str, flag: str = "--model") -> Shape:
     if os.path.isdir(name_or_path):
         path = os.path.join(name_or_path, "config.json")
         if not os.path.isfile(path):
-            raise UserError(f"{flag}: {name_or_path} has no config.json (not a transformers model folder)")
+            raise UnknownShape(f"{flag}: {name_or_path} has no config.json (not a transformers model folder)")
         return shape_from_config_file(path, name=name_or_path)
     if name_or_path.endswith(".gguf"):
-        raise UserError(f"{flag}: plan reads shapes from config.json; pass the converted folder, not a .gguf file")
+        raise UnknownShape(f"{flag}: plan reads shapes from config.json; pass the converted folder, not a .gguf file")
+    cached = models.hub_cache_file(name_or_path, "config.json")
+    if cached is not None:
+        return shape_from_config_file(cached, name=name_or_path)
     shape = _TABLE_BY_KEY.get(_table_key(name_or_path))
     if shape is None:
         known = ", ".join(sorted(MODEL_TABLE))
-        raise UserError(f"{flag}: no shape known for {name_or_path!r}; pass a local folder with config.json or one of: {known}")
+        raise UnknownShape(f"{flag}: no shape known for {name_or_path!r} (not in the Hugging Face cache); pass a "
+                           f"local folder with config.json or one of: {known}")
     return shape
 
 
@@ -240,6 +250,15 @@ class Settings:
     beta: float
     backend: str  # "hf" or "unsloth"
     device: str  # "cuda" (what the plan is for) or "cpu" (used to validate the model on this machine)
+    vllm: str = "none"  # "none", "unsloth" (fast_inference, shares the weights), "colocate" (TRL: own copy), "server"
+    vllm_gpu_memory_utilization: float = 0.0  # share of the card vLLM reserves (colocate / unsloth)
+    p_ref_samples: int = 0  # p_ref's completions per prompt (generated together, at least this many at once)
+
+    @property
+    def generation_sequences(self) -> int:
+        """Sequences one `generate` call holds: the training generation batch; p_ref and eval are capped to it
+        (`sampling_batch_limit`), except that one prompt's p_ref samples are always generated together."""
+        return max(self.generation_batch, self.p_ref_samples)
 
 
 def _config_from(config_or_fields: Any):
@@ -266,18 +285,46 @@ def _config_from(config_or_fields: Any):
     return cfg.apply_overrides(cfg.Config(), dict(config_or_fields))
 
 
-def _resolve_backend(requested: str) -> str:
-    """The backend the plan assumes: auto means Unsloth when it is installed (the GPU case), else hf."""
+def _resolve_backend(config) -> str:
+    """The backend the plan assumes: auto means Unsloth when it is installed (the GPU case), else hf;
+    kl mirror/both train on hf (backends.resolve_backend)."""
+    requested = config.backend
     if requested == "auto":
         import importlib.util
 
+        if config.kl_mode in ("mirror", "both"):
+            return "hf"
         return "unsloth" if importlib.util.find_spec("unsloth") is not None else "hf"
     return requested
+
+
+def vllm_kind(config, backend: str) -> str:
+    """How generation uses vLLM: none, unsloth (fast_inference), colocate (TRL, same GPU) or server (other GPUs)."""
+    g = config.grpo
+    if not g.use_vllm:
+        return "none"
+    if g.vllm_mode == "server":
+        return "server"
+    return "unsloth" if backend == "unsloth" else "colocate"
+
+
+def sampling_batch_limit(config) -> int:
+    """Most sequences p_ref and eval sample in one `generate` on a GPU: the training generation batch,
+    which the plan sizes (per_device_train_batch_size x gradient_accumulation_steps)."""
+    g = config.grpo
+    return g.per_device_train_batch_size * g.gradient_accumulation_steps
+
+
+def prompts_per_generate(limit: int, samples: int, requested: int | None = None) -> int:
+    """Prompts per `generate` call so that prompts x samples stays within `limit` (at least one prompt)."""
+    fit = max(1, limit // max(samples, 1))
+    return fit if requested is None else max(1, min(requested, fit))
 
 
 def settings_of(config, device: str = "cuda") -> Settings:
     m, g = config.model, config.grpo
     weight_bytes = 4 if (m.dtype == "float32" or (m.dtype == "auto" and device == "cpu")) else 2
+    backend = _resolve_backend(config)
     return Settings(
         load_in_4bit=m.load_in_4bit,
         weight_bytes=weight_bytes,
@@ -290,9 +337,12 @@ def settings_of(config, device: str = "cuda") -> Settings:
         lora_targets=tuple(config.lora.target_modules),
         gradient_checkpointing=g.gradient_checkpointing,
         optim=g.optim,
-        beta=g.beta,
-        backend=_resolve_backend(config.backend),
+        beta=g.beta if config.kl_mode in ("ref", "both") else 0.0,  # mirror: no reference forward
+        backend=backend,
         device=device,
+        vllm=vllm_kind(config, backend),
+        vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization,
+        p_ref_samples=g.p_ref_samples if g.p_ref_prompts > 0 else 0,
     )
 
 
@@ -396,7 +446,7 @@ def logits_bytes(shape: Shape, s: Settings) -> float:
 
 def kv_cache_bytes(shape: Shape, s: Settings, sequences: int | None = None) -> float:
     """K and V for every layer, for the whole generation batch at prompt + completion tokens."""
-    sequences = s.generation_batch if sequences is None else sequences
+    sequences = s.generation_sequences if sequences is None else sequences
     tokens = sequences * (s.prompt_tokens + s.completion_tokens)
     return tokens * shape.num_layers * 2 * shape.kv_dim * _act_bytes(s)
 
@@ -409,8 +459,8 @@ def inference_working_bytes(shape: Shape, s: Settings, tokens: int) -> float:
 
 def generation_working_bytes(shape: Shape, s: Settings) -> float:
     """Prefill of the whole generation batch + next-token logits (fp32, softmax + sampling copies)."""
-    prefill = inference_working_bytes(shape, s, s.generation_batch * s.prompt_tokens)
-    next_token_logits = s.generation_batch * shape.vocab_size * 4 * 3
+    prefill = inference_working_bytes(shape, s, s.generation_sequences * s.prompt_tokens)
+    next_token_logits = s.generation_sequences * shape.vocab_size * 4 * 3
     cache_growth = kv_cache_bytes(shape, s) / shape.num_layers  # DynamicCache cat(): one layer copied at a time
     return prefill + next_token_logits + cache_growth
 
@@ -432,6 +482,21 @@ def dequant_buffer_bytes(shape: Shape, s: Settings) -> float:
     return 2 * biggest * 2
 
 
+def vllm_bytes(shape: Shape, s: Settings, vram_gb: float) -> float:
+    """vLLM's pool on the training GPU: vllm_gpu_memory_utilization x the card (its weights + KV cache).
+
+    TRL colocate loads a second copy of the weights inside the pool; Unsloth's fast_inference shares
+    the training weights with vLLM, so only the part of the pool beyond them is extra. Server mode
+    generates on other GPUs: nothing here.
+    """
+    if s.vllm not in ("unsloth", "colocate"):
+        return 0.0
+    pool = s.vllm_gpu_memory_utilization * vram_gb * GIB
+    if s.vllm == "unsloth":
+        return max(0.0, pool - weights_bytes(shape, s))
+    return pool
+
+
 # --- the estimate ----------------------------------------------------------------------------
 
 def _gb(x: float) -> float:
@@ -450,8 +515,9 @@ def estimate_shape(shape: Shape, s: Settings, vram_gb: float | None = None) -> d
         "kv_cache": kv_cache_bytes(shape, s),
         "generation_working": generation_working_bytes(shape, s),
         "reference": reference_bytes(shape, s),
+        "vllm": vllm_bytes(shape, s, vram_gb if vram_gb is not None else _default_vram()),
     }
-    static = parts["weights"] + parts["lora"] + parts["optimizer"]
+    static = parts["weights"] + parts["lora"] + parts["optimizer"] + parts["vllm"]
     phases = {
         "training": parts["activations"] + parts["logits"],
         "generation": parts["kv_cache"] + parts["generation_working"],
@@ -481,7 +547,9 @@ def estimate_shape(shape: Shape, s: Settings, vram_gb: float | None = None) -> d
         "reference": "adapter disabled: no extra weights, one no-grad forward" if s.beta > 0 else "beta = 0: none",
         "backend": s.backend,
         "gradient_checkpointing": s.gradient_checkpointing,
-        "total": "weights + lora + optimizer + overhead + max(training, generation, reference)",
+        "generation_sequences": s.generation_sequences,
+        "vllm": _vllm_note(s, vram_gb),
+        "total": "weights + lora + optimizer + vllm + overhead + max(training, generation, reference)",
         "units": "GiB",
     }
     fits = None if vram_gb is None else total / GIB <= vram_gb
@@ -494,18 +562,29 @@ def estimate_shape(shape: Shape, s: Settings, vram_gb: float | None = None) -> d
     }
 
 
+def _vllm_note(s: Settings, vram_gb: float | None) -> str:
+    if s.vllm == "none":
+        return "off (generation through transformers)"
+    if s.vllm == "server":
+        return "server mode: vLLM on other GPUs, nothing on this one"
+    card = f"{vram_gb:g} GB card" if vram_gb is not None else f"{_default_vram():g} GB card assumed (no --vram)"
+    share = f"gpu_memory_utilization {s.vllm_gpu_memory_utilization:g} of a {card}"
+    return share + ("; Unsloth shares the training weights with it" if s.vllm == "unsloth"
+                    else "; TRL colocate: its own copy of the weights inside")
+
+
 def _default_vram() -> float:
     """With no --vram, 'fits' answers for the largest preset card (24 GB)."""
     return 24.0
 
 
 def estimate(config_or_fields: Any = None, vram_gb: float | None = None, *, device: str = "cuda",
-             suggest_settings: bool = True) -> dict:
+             suggest_settings: bool = True, shape: Shape | None = None) -> dict:
     """Peak-memory plan for a config; with `vram_gb`, also the largest settings that fit (if it does not)."""
     config = _config_from(config_or_fields)
     if vram_gb is not None and (not isinstance(vram_gb, (int, float)) or vram_gb <= 0):
         raise UserError(f"--vram: must be a positive number of GB, got {vram_gb!r}")
-    shape = model_shape(config.model.name)
+    shape = shape or model_shape(config.model.name)
     plan = estimate_shape(shape, settings_of(config, device), vram_gb)
     if vram_gb is not None and suggest_settings and not plan["fits"]:
         plan["suggestion"] = suggest(config, vram_gb, shape=shape, device=device)
@@ -540,7 +619,7 @@ def suggest(config_or_fields: Any, vram_gb: float, *, shape: Shape | None = None
     prompt = max(config.model.max_seq_length - config.grpo.max_completion_length, 1)
 
     def total(cand: _Candidate) -> float:
-        return estimate_shape(shape, settings_of(cand.apply(config, prompt), device))["total_gb"]
+        return estimate_shape(shape, settings_of(cand.apply(config, prompt), device), vram_gb)["total_gb"]
 
     def fits(cand: _Candidate) -> bool:
         return total(cand) <= vram_gb
@@ -705,14 +784,21 @@ def preflight(config, force: bool = False, vram_gb: float | None = None) -> dict
     """Plan a run before loading; raise UserError when it clearly does not fit the GPU (unless force).
 
     "Clearly" = the estimate exceeds the card by more than the estimate's +-15 % band. On CPU nothing
-    is refused: the plan comes back with note "no GPU: plan only".
+    is refused: the plan comes back with note "no GPU: plan only". A model whose shape cannot be read
+    (no config.json here or in the Hugging Face cache, not in the table) is not planned: one warning
+    line on stderr, and None.
     """
+    try:
+        shape = model_shape(config.model.name)
+    except UserError as exc:
+        print(f"local-grpo: warning: memory plan skipped, training without it ({exc})", file=sys.stderr)
+        return None
     vram = vram_gb if vram_gb is not None else detect_vram_gb()
     if vram is None:
-        plan = estimate(config)
+        plan = estimate(config, shape=shape)
         plan["note"] = "no GPU: plan only"
         return plan
-    plan = estimate(config, vram_gb=round(vram, 2))
+    plan = estimate(config, vram_gb=round(vram, 2), shape=shape)
     if plan["total_gb"] > vram * REFUSE_MARGIN and not force:
         raise UserError(f"--force: {summary_line(plan)} (run `local-grpo plan` for the table, or pass --force)")
     return plan
@@ -869,7 +955,8 @@ def format_table(plan: dict) -> str:
     ]
     rows = [("weights", a["weights"]), ("lora", f"{a['lora_params'] / 1e6:.1f}M params, {a['lora']}"),
             ("optimizer", a["optimizer"]), ("activations", "policy forward/backward"), ("logits", a["logits"]),
-            ("kv_cache", "generation"), ("generation_working", "prefill + sampling"), ("reference", a["reference"]),
+            ("kv_cache", f"generation ({a['generation_sequences']} sequences at once)"),
+            ("generation_working", "prefill + sampling"), ("reference", a["reference"]), ("vllm", a["vllm"]),
             ("overhead", "CUDA context, allocator, 4-bit dequant buffer")]
     assumed = plan.get("assumed_defaults")
     if assumed:

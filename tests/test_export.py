@@ -176,3 +176,28 @@ def test_embedded_smollm2_exports_round_trip(smollm2_run, tmp_path, fmt):
     result = export.export_run(smollm2_run, fmt, str(tmp_path / fmt), verify_prompts=2)
     assert result["verification"]["identical"] == 2
     assert os.path.isfile(tmp_path / fmt / "README.md")
+
+
+# --- the check's rule ---------------------------------------------------------------------
+
+def test_each_format_has_its_rule():
+    assert export.verification_rule("lora", None) == "exact"
+    assert export.verification_rule("gguf", "f32") == "exact"
+    assert export.verification_rule("merged16", "f16") == export.verification_rule("gguf", "bf16") == "horizon"
+    assert export.verification_rule("gguf", "q4_0") == "report"
+
+
+def test_16bit_exports_must_agree_on_the_first_tokens_and_the_answer_not_on_every_late_token():
+    h = export.VERIFY_HORIZON
+    reference = [list(range(100)), list(range(50))]
+    late_flip = [list(range(h + 10)) + [999] * (100 - h - 10), list(range(50))]  # differs after the horizon
+    same_answers = ["42", "7"]
+    report = export.compare_greedy(reference, late_flip, same_answers, same_answers, "horizon")
+    assert report["failed"] == [] and report["identical"] == 1 and report["horizon_agreement"] == 1.0
+    assert export.compare_greedy(reference, late_flip, same_answers, same_answers, "exact")["failed"] == [0]
+
+    wrong_answer = export.compare_greedy(reference, late_flip, same_answers, ["41", "7"], "horizon")
+    assert wrong_answer["failed"] == [0] and wrong_answer["answer_agreement"] == 0.5
+    early_flip = [[999] + list(range(1, 100)), list(range(50))]
+    assert export.compare_greedy(reference, early_flip, same_answers, same_answers, "horizon")["failed"] == [0]
+    assert export.compare_greedy(reference, early_flip, same_answers, ["x", "y"], "report")["failed"] == []

@@ -57,6 +57,63 @@ def test_unknown_hub_model_names_the_flag():
         plan.model_shape("/")
 
 
+QWEN3_4B_2507 = {"model_type": "qwen3", "hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 9728, "vocab_size": 151936,
+                 "tie_word_embeddings": True}
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache; `add(repo_id, config)` puts a snapshot's config.json in it."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    def add(repo_id, config):
+        repo = tmp_path / "hub" / ("models--" + repo_id.replace("/", "--"))
+        (repo / "refs").mkdir(parents=True)
+        (repo / "refs" / "main").write_text("abc123")
+        (repo / "snapshots" / "abc123").mkdir(parents=True)
+        (repo / "snapshots" / "abc123" / "config.json").write_text(json.dumps(config))
+    return add
+
+
+def test_a_hub_model_outside_the_table_is_read_from_the_hf_cache(hub_cache):
+    hub_cache("Qwen/Qwen3-4B-Instruct-2507", QWEN3_4B_2507)
+    shape = plan.model_shape("Qwen/Qwen3-4B-Instruct-2507")
+    assert shape.params == pytest.approx(4.02e9, rel=0.01) and shape.source.endswith("config.json")
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_train_preflight_skips_an_unknown_shape_with_one_warning(hub_cache, capsys, force):
+    config = config_for("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+    assert plan.preflight(config, force=force, vram_gb=8) is None  # train goes on without a plan
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("local-grpo: warning: memory plan skipped")
+    assert "DeepSeek-R1-Distill-Qwen-1.5B" in err[0]
+    hub_cache("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", {**QWEN3_4B_2507, "hidden_size": 1536, "num_hidden_layers": 28,
+                                                            "num_attention_heads": 12, "num_key_value_heads": 2,
+                                                            "intermediate_size": 8960, "head_dim": 128})
+    assert plan.preflight(config, force=force, vram_gb=8)["fits"] is True  # in the cache: planned
+
+
+def test_vllm_pool_is_planned_and_shown():
+    base = plan.estimate(config_for(), vram_gb=16)
+    colocate = config_for(use_vllm=True)
+    colocate.grpo.vllm_gpu_memory_utilization = 0.3
+    with_vllm = plan.estimate(colocate, vram_gb=16)
+    assert with_vllm["breakdown"]["vllm_gb"] == pytest.approx(0.3 * 16, abs=0.01)  # TRL colocate: a pool of its own
+    assert with_vllm["total_gb"] >= base["total_gb"] + 0.3 * 16
+    assert "gpu_memory_utilization 0.3 of a 16 GB card" in with_vllm["breakdown"]["assumptions"]["vllm"]
+    unsloth = config_for(backend="unsloth", use_vllm=True)
+    unsloth.grpo.vllm_gpu_memory_utilization = 0.3
+    shared = plan.estimate(unsloth, vram_gb=16)["breakdown"]  # fast_inference shares the weights with vLLM
+    assert shared["vllm_gb"] == pytest.approx(0.3 * 16 - shared["weights_gb"], abs=0.01)
+    server = config_for(use_vllm=True, vllm_mode="server")
+    assert plan.estimate(server, vram_gb=16)["breakdown"]["vllm_gb"] == 0
+    assert "vllm" in plan.format_table(with_vllm)
+
+
 # --- the model ---
 
 def test_more_generations_longer_completions_bigger_rank_cost_more():

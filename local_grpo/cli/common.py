@@ -8,13 +8,12 @@ run's config.yaml) < flags.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
 
 from .. import config as config_mod
 from ..errors import UserError
+from ..output import stdout_to_stderr  # noqa: F401  (the commands import it from here)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -99,20 +98,3 @@ def task_options(text: str) -> dict:
     if not isinstance(options, dict):
         raise UserError("--task-options: expected a JSON object, e.g. '{\"path\": \"test.jsonl\"}'")
     return options
-
-
-@contextlib.contextmanager
-def stdout_to_stderr(enabled: bool = True):
-    """Send everything written to stdout (Python and C level) to stderr, so --json stays clean."""
-    if not enabled:
-        yield
-        return
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)

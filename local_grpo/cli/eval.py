@@ -11,7 +11,7 @@ from .. import rundir
 from ..config import Config
 from ..errors import UserError
 from ..evaluate import EvalSettings, run_eval, write_results
-from .common import add_config_flags, config_from_args
+from .common import add_config_flags, config_from_args, stdout_to_stderr
 
 CONFIG_FLAGS = ("model", "task", "dataset", "answer-format")
 
@@ -75,7 +75,8 @@ def settings_for_args(args, config: Config) -> EvalSettings:
 def main(args) -> int:
     config, adapter = config_for_args(args)
     settings = settings_for_args(args, config)
-    result = run_eval(config, adapter, settings, compare=args.compare, progress=True)
+    with stdout_to_stderr(args.json):  # library prints (Unsloth's loader) must not reach a --json stdout
+        result = run_eval(config, adapter, settings, compare=args.compare, progress=True)
     if args.compare and not args.run:
         print("note: --compare without --run prints the table but writes no eval_compare.json", file=sys.stderr)
     written = write_results(result, rundir.RunDir.open(args.run).path if args.run else None, args.out, args.compare)

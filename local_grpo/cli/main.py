@@ -77,11 +77,12 @@ def run_train(args) -> int:
 
 def add_doctor_command(sub) -> None:
     p = sub.add_parser("doctor", help="hardware, the backend `auto` picks, and versions")
+    p.add_argument("--model", help="a hub id: which name Unsloth will fetch for it (4-bit and 16-bit), and what is cached")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.set_defaults(func=run_doctor)
 
 
-def doctor_report() -> dict:
+def doctor_report(model: str | None = None) -> dict:
     from .. import backends, models
 
     report: dict = {"python": sys.version.split()[0], "cpu_count": os.cpu_count()}
@@ -106,11 +107,13 @@ def doctor_report() -> dict:
         report["embedded_model"] = None
         report["embedded_model_error"] = str(exc)
     report["cache_dir"] = models.cache_dir()
+    if model:
+        report["unsloth_fetch"] = backends.unsloth_fetch(model)
     return report
 
 
 def run_doctor(args) -> int:
-    report = doctor_report()
+    report = doctor_report(getattr(args, "model", None))
     if args.json:
         print(json.dumps(report))
         return 0
@@ -125,6 +128,12 @@ def run_doctor(args) -> int:
     missing = [k for k, v in report["versions"].items() if v is None and k not in ("vllm",)]
     if missing:
         print("not installed: " + ", ".join(missing))
+    fetch = report.get("unsloth_fetch")
+    if fetch:
+        def cached(entry):
+            return "cached" if entry["cached"] else "not cached"
+        print(f"{fetch['model']} ({cached(fetch)}): Unsloth fetches {fetch['4bit']['name']} in 4-bit "
+              f"({cached(fetch['4bit'])}), {fetch['16bit']['name']} in 16-bit ({cached(fetch['16bit'])})")
     return 0
 
 

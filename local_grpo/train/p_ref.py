@@ -40,10 +40,22 @@ def predictor_params(config: Config) -> dict:
     return {"kl": kl, "alpha": g.kl_alpha, **mapped}
 
 
+def generation_limit(config: Config, device: str) -> int:
+    """Sequences p_ref samples in one `generate`: GENERATION_BATCH, and on a GPU at most the training
+    generation batch, which the memory plan sized (plan.sampling_batch_limit)."""
+    if device != "cuda":
+        return GENERATION_BATCH
+    from ..plan import sampling_batch_limit
+
+    return min(GENERATION_BATCH, sampling_batch_limit(config))
+
+
 def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, max_new_tokens: int,
-                  temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> dict:
+                  temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+                  max_sequences: int = GENERATION_BATCH) -> dict:
     """Per-prompt success of `model` on `rows` from `samples` sampled completions each.
 
+    At most `max_sequences` completions are generated at once (one prompt's samples always together).
     Returns {"k", "per_prompt": [{"prompt", "p_ref"}], "mean", "seconds"} (p_ref.json's format).
     """
     import torch
@@ -55,7 +67,7 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
     started = time.time()
     settings = GenerationSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
                                   top_p=top_p, seed=seed)
-    prompts_per_batch = max(1, GENERATION_BATCH // samples)
+    prompts_per_batch = max(1, max_sequences // samples)
     jobs = [i for i in range(len(rows)) for _ in range(samples)]
     was_training = model.training
     model.eval()
@@ -99,7 +111,8 @@ def ensure_p_ref(run, config: Config, loaded, held_out: list[dict], success_fn) 
     if g.p_ref_samples <= 0 or not rows:
         return None
     result = measure_p_ref(loaded.model, loaded.tokenizer, rows, success_fn, g.p_ref_samples,
-                           g.max_completion_length, g.temperature, g.top_p, g.seed)
+                           g.max_completion_length, g.temperature, g.top_p, g.seed,
+                           max_sequences=generation_limit(config, loaded.device))
     params = predictor_params(config)
     prediction = dynamics.predict_dataset([p["p_ref"] for p in result["per_prompt"]], steps=g.max_steps, **params)
     result["predicted"] = {"params": params, "p_star": prediction["p_star"], "trajectory": prediction["trajectory"]}

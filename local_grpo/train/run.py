@@ -38,7 +38,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
         return finished  # a finished run: say so and change nothing
     plan.preflight(config, force=force)
     recorder = reward_recorder(config)  # every reward built once, before any model loads
-    backend = backends.pick_backend(config.backend)
+    backends.check_vllm(config)  # grpo.use_vllm without a GPU or vllm: one line, before anything loads
+    backend = backends.resolve_backend(config, announce=True)  # auto -> hf for kl mirror|both
     trainer.check_kl_backend(config, backend)
     if backend == "unsloth":
         backends.import_unsloth()  # before trl: Unsloth patches it
@@ -67,6 +68,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
         config=config,
         zero_std_filter=zero_std_filter,
     )
+    backends.keep_trainable_fp32(loaded)  # TRL casts LoRA weights of a 4-bit model to bf16; keep them fp32
     callback = RunDirCallback(run, recorder, config, progress=progress)
     callback.attach(grpo_trainer)
     if measured:

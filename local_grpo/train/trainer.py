@@ -160,7 +160,8 @@ MODELED_FIELDS = {
     "temperature", "top_p", "learning_rate", "lr_scheduler_type", "warmup_steps", "max_grad_norm", "beta",
     "loss_type", "scale_rewards", "num_iterations", "epsilon", "max_steps", "logging_steps", "save_steps",
     "save_total_limit", "gradient_checkpointing", "optim", "seed", "data_seed", "reward_weights", "use_vllm",
-    "vllm_mode", "vllm_server_host", "vllm_server_port", "output_dir", "use_cpu", "bf16", "fp16", "disable_tqdm",
+    "vllm_mode", "vllm_server_host", "vllm_server_port", "vllm_gpu_memory_utilization", "output_dir", "use_cpu",
+    "bf16", "fp16", "disable_tqdm",
 }
 
 
@@ -171,12 +172,17 @@ def grpo_args(config: Config, output_dir: str, on_cuda: bool, backend: str):
     """
     from trl import GRPOConfig
 
-    kwargs = {**trl_defaults(), **modeled_kwargs(config, output_dir, on_cuda, backend)}
+    from ..backends import explicit_trl_fields
+    from ..output import stdout_to_stderr
+
+    # explicit_trl_fields: the defaults Unsloth's GRPOConfig would change, so both backends train alike
+    kwargs = {**trl_defaults(), **explicit_trl_fields(config), **modeled_kwargs(config, output_dir, on_cuda, backend)}
     for key, value in (config.grpo.trl or {}).items():
         check_trl_field(key, GRPOConfig)
         kwargs[key] = value
     try:
-        return GRPOConfig(**kwargs)
+        with stdout_to_stderr():  # Unsloth's GRPOConfig prints its notices
+            return GRPOConfig(**kwargs)
     except (TypeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"grpo.trl: TRL's GRPOConfig refused these settings: {first[:300]}") from None
