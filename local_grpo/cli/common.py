@@ -13,7 +13,6 @@ import sys
 
 from .. import config as config_mod
 from ..errors import UserError
-from ..output import stdout_to_stderr  # noqa: F401  (the commands import it from here)
 
 
 class ArgumentParser(argparse.ArgumentParser):

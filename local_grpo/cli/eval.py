@@ -11,7 +11,8 @@ from .. import rundir
 from ..config import Config
 from ..errors import UserError
 from ..evaluate import EvalSettings, run_eval, write_results
-from .common import add_config_flags, config_from_args, stdout_to_stderr
+from ..output import stdout_to_stderr
+from .common import add_config_flags, config_from_args
 
 CONFIG_FLAGS = ("model", "task", "dataset", "answer-format")
 

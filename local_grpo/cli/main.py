@@ -13,7 +13,8 @@ import sys
 
 from .. import config as config_mod
 from ..errors import UserError
-from .common import ArgumentParser, add_config_flags, config_from_args, stdout_to_stderr
+from ..output import stdout_to_stderr
+from .common import ArgumentParser, add_config_flags, config_from_args
 
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # reported as one line by main()
 

@@ -15,7 +15,8 @@ import sys
 from .. import config as config_mod
 from .. import models
 from ..errors import UserError
-from .common import add_config_flags, config_from_args, stdout_to_stderr
+from ..output import stdout_to_stderr
+from .common import add_config_flags, config_from_args
 
 
 def add_check_command(commands) -> None:
