@@ -28,7 +28,7 @@ def build_app(runs_root: str) -> gr.Blocks:
     ui = SimpleNamespace()
     with gr.Blocks(title="local-grpo studio") as app:
         gr.Markdown(f"## local-grpo studio\nRuns folder: `{studio.runs_root}`")
-        with gr.Tabs():
+        with gr.Tabs() as ui.tabs:
             for title, tab_id, module in TABS:
                 with gr.Tab(title, id=tab_id):
                     setattr(ui, tab_id, module.layout(studio))
