@@ -64,6 +64,11 @@ def check_config(request: CheckRequest) -> config_mod.Config:
                         ("max_completion_length", request.max_completion_length)):
         if value not in (None, ""):
             setattr(config.grpo, name, int(value))
+    g = config.grpo
+    if g.num_generations >= 2 and (g.per_device_train_batch_size * g.gradient_accumulation_steps) % g.num_generations:
+        # the check never trains: round the batch up to whole groups rather than refuse this G
+        g.per_device_train_batch_size = -(-g.per_device_train_batch_size // g.num_generations) * g.num_generations
+        g.gradient_accumulation_steps = 1
     config.rewards = [config_mod.RewardSpec(name=file_spec(spec), weight=float(weight))
                       for spec, weight in request.rewards.items()]
     config.output_dir = "unused"  # the check never creates a run directory
