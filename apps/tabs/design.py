@@ -111,7 +111,7 @@ def check_request(model, preset, task, dataset, rewards_text, num_generations, m
                                dataset=dataset or "", rewards=parse_weights(rewards_text, "check rewards"),
                                num_generations=None if num_generations in (None, "") else int(num_generations),
                                max_completion_length=None if max_tokens in (None, "") else int(max_tokens),
-                               prompts=int(prompts or 8), fresh=bool(fresh))
+                               prompts=8 if prompts in (None, "") else int(prompts), fresh=bool(fresh))
 
 
 def check_outputs(result: dict):
@@ -131,16 +131,18 @@ def check_layout(studio: Studio) -> dict:
                     "the runs folder's `.reward-check-cache/`), scores them with the reward set and says whether GRPO "
                     "gets a learning signal. Same as `local-grpo rewards check` (docs/reward-check.md).")
         with gr.Row():
-            check_model = gr.Textbox("embedded", label="Model", info="embedded, a local folder, or a hub id")
-            check_preset = gr.Dropdown(["", *PRESETS], value="cpu", label="Preset")
+            check_model = gr.Textbox("embedded", label="Model", info="embedded, a local folder, or a hub id",
+                                     elem_id="check-model")
+            check_preset = gr.Dropdown(["", *PRESETS], value="cpu", label="Preset", elem_id="check-preset")
             check_task = gr.Dropdown(list(config_mod.TASKS), value="arithmetic", label="Task")
             check_dataset = gr.Textbox(label="Dataset (instead of a task)")
         check_rewards_box = gr.Textbox(label="Rewards (one per line: name: weight; empty = the task's defaults)", lines=3,
                                        placeholder="format_soft: 0.2\ncorrect_numeric: 1.0", elem_id="check-rewards")
         with gr.Row():
-            check_g = gr.Number(None, label="num-generations (G; empty = preset)", precision=0)
-            check_tokens = gr.Number(None, label="max-completion-length (empty = preset)", precision=0)
-            check_prompts = gr.Number(8, label="held-out prompts (K)", precision=0)
+            check_g = gr.Number(None, label="num-generations (G; empty = preset)", precision=0, elem_id="check-g")
+            check_tokens = gr.Number(None, label="max-completion-length (empty = preset)", precision=0,
+                                     elem_id="check-tokens")
+            check_prompts = gr.Number(8, label="held-out prompts (K)", precision=0, elem_id="check-k")
             check_fresh = gr.Checkbox(False, label="fresh samples (ignore the cache)")
         with gr.Row():
             check_from_train_btn = gr.Button("Use the Train tab's settings")
