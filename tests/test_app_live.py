@@ -259,12 +259,12 @@ def test_train_from_the_app_with_a_live_weight_change(client, runs_root, tiny_mo
 # --- a real browser -----------------------------------------------------------------------
 
 @pytest.mark.browser
-def test_browser_design_score_and_watch(studio):
+def test_browser_design_score_check_and_watch(studio, tiny_model_dir, tmp_path):
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium), as .ci/run does")
     from playwright.sync_api import expect, sync_playwright
 
-    images = os.path.join(REPO, "docs", "images")
+    images = os.environ.get("STUDIO_SCREENSHOTS") or str(tmp_path)  # never docs/images: copying there is deliberate
     os.makedirs(images, exist_ok=True)
     code = ('def _text(c):\n    return c[-1]["content"] if isinstance(c, list) else c\n\n\n'
             'def has_digit(completions, **kwargs):\n'
@@ -299,6 +299,21 @@ def test_browser_design_score_and_watch(studio):
         page.wait_for_timeout(1500)  # let the histogram finish drawing
         page.screenshot(path=os.path.join(images, "studio-designer.png"), full_page=True)
 
+        # Check rewards: the tiny model, 2 prompts x G=4, then its samples into the samples box.
+        page.locator("#check-model").locator("input, textarea").first.fill(tiny_model_dir)
+        for box, value in (("#check-g", "4"), ("#check-tokens", "8"), ("#check-k", "2")):
+            page.locator(f"{box} input").first.fill(value)
+        page.locator("#check-rewards-btn").click()
+        expect(page.locator("#check-verdict")).to_contain_text("Verdict:", timeout=180000)
+        expect(page.locator("#check-verdict")).to_contain_text("2 held-out prompts × G=4")
+        expect(page.locator("#check-stats")).to_contain_text("correct_numeric")
+        expect(page.locator("#check-agreement")).to_contain_text("format_soft")
+        expect(page.locator("#check-histogram").locator("canvas, svg").first).to_be_visible(timeout=20000)
+        page.get_by_role("button", name="Load into the samples box").click()
+        expect(page.locator("#samples textarea")).to_have_value(re.compile('"group": "prompt 0'), timeout=20000)
+        page.wait_for_timeout(1500)
+        page.locator("#check-panel").screenshot(path=os.path.join(images, "studio-check.png"))
+
         # Watch: open the finished run and see its curves.
         page.get_by_role("tab", name="Watch").click()
         page.locator("input[aria-label='Run']").first.fill("tiny")
@@ -309,6 +324,11 @@ def test_browser_design_score_and_watch(studio):
         expect(page.locator("#completions")).to_contain_text("correct_numeric")
         expect(page.get_by_label("Reward weights (live: applied at the next step)")).to_have_value(
             re.compile(r"correct_numeric: \d"), timeout=10000)
+        expect(page.locator("#kl-note")).to_contain_text("grpo.beta: 0")  # no empty KL plot: why it is not drawn
+        expect(page.locator("#curve-kl")).to_be_hidden()
+        expect(page.locator("#prompt-history")).to_contain_text("completion", timeout=20000)
+        expect(page.locator("#prompt-curve").locator("canvas, svg").first).to_be_visible(timeout=20000)
         page.wait_for_timeout(1500)  # let the plots finish drawing
         page.screenshot(path=os.path.join(images, "studio-watch.png"), full_page=True)
+        assert all(os.path.getsize(os.path.join(images, f"studio-{n}.png")) > 10000 for n in ("designer", "check", "watch"))
         browser.close()
