@@ -2,8 +2,9 @@
 
 `build_app(runs_root)` returns the gr.Blocks. Every event has an `api_name`, so gradio_client can
 call it (see docs/app.md). Handlers turn a UserError into gr.Error (one clear message); user
-reward code is scored in child processes (apps.designer) and runs train in their own process
-(apps.launcher); the app itself only reads run-directory files (through local_grpo.rundir) and
+reward code is scored in child processes (apps.designer), runs train in their own process
+(apps.launcher) and the rewards check samples the base model in its own (apps.checks); the app
+itself only reads run-directory files (through local_grpo.rundir) and the check's sample cache, and
 writes control.json.
 """
 
