@@ -109,8 +109,8 @@ def saved_specs_text(studio: Studio, file_name: str) -> str:
 def check_request(model, preset, task, dataset, rewards_text, num_generations, max_tokens, prompts, fresh):
     return checks.CheckRequest(model=model or "embedded", preset=preset or "", task=task or "arithmetic",
                                dataset=dataset or "", rewards=parse_weights(rewards_text, "check rewards"),
-                               num_generations=None if num_generations in (None, "") else int(num_generations),
-                               max_completion_length=None if max_tokens in (None, "") else int(max_tokens),
+                               num_generations=int(num_generations) if num_generations else None,  # 0/empty: preset
+                               max_completion_length=int(max_tokens) if max_tokens else None,
                                prompts=8 if prompts in (None, "") else int(prompts), fresh=bool(fresh))
 
 
@@ -139,8 +139,8 @@ def check_layout(studio: Studio) -> dict:
         check_rewards_box = gr.Textbox(label="Rewards (one per line: name: weight; empty = the task's defaults)", lines=3,
                                        placeholder="format_soft: 0.2\ncorrect_numeric: 1.0", elem_id="check-rewards")
         with gr.Row():
-            check_g = gr.Number(None, label="num-generations (G; empty = preset)", precision=0, elem_id="check-g")
-            check_tokens = gr.Number(None, label="max-completion-length (empty = preset)", precision=0,
+            check_g = gr.Number(None, label="num-generations (G; 0 = preset)", precision=0, elem_id="check-g")
+            check_tokens = gr.Number(None, label="max-completion-length (0 = preset)", precision=0,
                                      elem_id="check-tokens")
             check_prompts = gr.Number(8, label="held-out prompts (K)", precision=0, elem_id="check-k")
             check_fresh = gr.Checkbox(False, label="fresh samples (ignore the cache)")
@@ -148,19 +148,19 @@ def check_layout(studio: Studio) -> dict:
             check_from_train_btn = gr.Button("Use the Train tab's settings")
             check_btn = gr.Button("Check rewards", variant="primary", elem_id="check-rewards-btn")
         check_verdict = gr.Markdown(elem_id="check-verdict")
-        check_stats = gr.Dataframe(label="Per reward", interactive=False, elem_id="check-stats")
+        check_stats = gr.Dataframe(checks.reward_stats_table({}), label="Per reward", interactive=False, elem_id="check-stats")
         with gr.Row():
             check_histogram = gr.BarPlot(None, x="bin", y="count", color="reward", title="Score histograms (10 bins, "
                                          "each reward's own range)", height=240, elem_id="check-histogram")
             check_shares = gr.BarPlot(None, x="reward", y="share", title="Share of the advantage variance", height=240,
                                       elem_id="check-shares")
-        check_prompts_df = gr.Dataframe(label="Per prompt: p_ref (pass rate at G) and the group's total",
+        check_prompts_df = gr.Dataframe(checks.per_prompt_table({}), label="Per prompt: p_ref (pass rate at G) and the group's total",
                                         interactive=False, wrap=True, elem_id="check-per-prompt")
         with gr.Row():
-            check_agreement = gr.Dataframe(label="Agreement on success between rewards", interactive=False,
+            check_agreement = gr.Dataframe(checks.agreement_table({}), label="Agreement on success between rewards", interactive=False,
                                            elem_id="check-agreement")
-            check_probe = gr.Dataframe(label="Soundness probe (correctness rewards)", interactive=False)
-        check_examples = gr.Dataframe(label="Disagreements: example completions", interactive=False, wrap=True,
+            check_probe = gr.Dataframe(checks.probe_table({}), label="Soundness probe (correctness rewards)", interactive=False)
+        check_examples = gr.Dataframe(checks.disagreement_examples({}), label="Disagreements: example completions", interactive=False, wrap=True,
                                       max_height=300)
         with gr.Row():
             check_cache = gr.Dropdown(checks.cache_files(studio.runs_root), label="Cached check samples", scale=3,
