@@ -332,3 +332,81 @@ def saved_reward_specs(rewards_dir: str) -> list[str]:
             continue
         specs.extend(f"{path}:{name}" for name in names)
     return specs
+
+
+# --- comparing with a reference reward ----------------------------------------------------
+
+SUCCESS_FRACTION = 0.999  # "succeeds": score >= this x the reward's maximum (the rewards check's rule)
+
+
+def score_reference(spec: str, samples: list[dict], timeout_s: float = DEFAULT_TIMEOUT_S, chat: bool = True):
+    """(scores, maximum) of a reference reward on the samples: a built-in name or a saved `path.py:function`.
+
+    A saved file runs in a child process with the designer's limits, like the edited code.
+    """
+    import rewards
+    from rewards.probe import reward_max
+
+    spec = (spec or "").strip()
+    if not spec:
+        raise UserError("reference: choose a built-in or saved reward to compare with")
+    try:
+        reward = (rewards.get(spec, timeout_s=float(timeout_s), memory_mb=DEFAULT_MEMORY_MB) if ".py:" in spec
+                  else rewards.get(spec))
+    except rewards.RewardSpecError as error:
+        raise UserError(f"reference: {error}") from None
+    completions = [[{"role": "assistant", "content": str(s["completion"])}] if chat else str(s["completion"])
+                   for s in samples]
+    try:
+        scores = reward(completions, prompts=[[{"role": "user", "content": s["prompt"]}] if chat else s["prompt"]
+                                              for s in samples],
+                        question=[s["prompt"] for s in samples], answer=[s.get("answer") for s in samples])
+    finally:
+        _stop_child(reward)
+    return scores, reward_max(reward)
+
+
+def succeeds(score, maximum: float = 1.0) -> bool:
+    return score is not None and score >= SUCCESS_FRACTION * maximum
+
+
+def disagreements(result: ScoreResult, reference: str, reference_scores: list, reference_max: float = 1.0) -> dict:
+    """Where each edited function and the reference disagree on success (score >= 0.999 x maximum; the
+    edited functions' maximum is taken as 1).
+
+    Returns {"counts": {function: {both, edited_only, reference_only, neither}}, "rows": [indices of samples
+    where at least one function disagrees with the reference]}.
+    """
+    counts, differing = {}, []
+    for name in result.functions:
+        cells = {"both": 0, "edited_only": 0, "reference_only": 0, "neither": 0}
+        for i, score in enumerate(result.scores.get(name, [])):
+            edited, ref = succeeds(score), succeeds(reference_scores[i], reference_max)
+            cells["both" if edited and ref else "edited_only" if edited else "reference_only" if ref else "neither"] += 1
+            if edited != ref and i not in differing:
+                differing.append(i)
+        counts[name] = cells
+    return {"reference": reference, "counts": counts, "rows": sorted(differing)}
+
+
+def compare_table(result: ScoreResult, reference: str, reference_scores: list, found: dict) -> pd.DataFrame:
+    """The disagreeing samples: prompt, answer, completion, each edited function's score, the reference's."""
+    table = results_table(result)
+    if table.empty:
+        return table
+    column = f"reference: {reference.rsplit(':', 1)[-1]}"
+    table[column] = ["fault" if s is None else round(s, 4) for s in reference_scores]
+    return table.iloc[found["rows"]].drop(columns="total").reset_index(drop=True)
+
+
+def compare_markdown(result: ScoreResult, found: dict) -> str:
+    """The 2x2 counts per edited function against the reference, and how many samples differ."""
+    if result.problem:
+        return f"### ❌ Cannot compare\n{result.problem}"
+    lines = [f"Compared with **{found['reference']}** on **{len(result.samples)}** completions "
+             f"(success: score ≥ {SUCCESS_FRACTION} × the reward's maximum; 1 for the edited functions). "
+             f"**{len(found['rows'])}** completions differ (listed below)."]
+    for name, cells in found["counts"].items():
+        lines.append(f"- `{name}`: both succeed {cells['both']}, only `{name}` {cells['edited_only']}, "
+                     f"only the reference {cells['reference_only']}, neither {cells['neither']}")
+    return "\n".join(lines)

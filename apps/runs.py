@@ -22,7 +22,7 @@ RUNNING_WINDOW_S = 120  # a run whose metrics changed this recently, without sum
 # Curve panels: title -> metric keys drawn in it ("rewards/*" expands to each reward's mean).
 PANELS = {
     "reward": ("reward", "rewards/*"),
-    "success": ("success", "success_predicted", "audit/disagreement"),
+    "success": ("success", "success_predicted", "eval/pass@1", "audit/disagreement"),
     "length": ("completions/mean_length",),
     "kl": ("kl",),
     "zero_std": ("frac_reward_zero_std",),
@@ -31,6 +31,7 @@ SERIES_NAMES = {
     "reward": "total reward",
     "success": "success",
     "success_predicted": "success (predicted)",
+    "eval/pass@1": "held-out pass@1 (eval)",
     "audit/disagreement": "audit disagreement (reward says right, verifier says wrong)",
     "completions/mean_length": "mean length (tokens)",
     "kl": "KL",
@@ -124,8 +125,27 @@ def reward_names(metrics: list[dict]) -> list[str]:
     return names
 
 
-def curve_frames(metrics: list[dict]) -> dict[str, pd.DataFrame]:
-    """Long-format frames (step, value, series) for each panel in PANELS; empty frames when absent."""
+# Series drawn as logged, never smoothed: a forecast is smooth already, eval points are few and far apart.
+UNSMOOTHED = ("success_predicted", "eval/pass@1")
+RAW_SUFFIX = " (raw)"
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf")
+RAW_ALPHA = "40"  # the raw line's opacity (hex alpha appended to its series colour): faint
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over the last `window` values (fewer at the start); window <= 1 returns the values."""
+    if window <= 1:
+        return [float(v) for v in values]
+    return [float(v) for v in pd.Series(values, dtype="float64").rolling(window, min_periods=1).mean()]
+
+
+def curve_frames(metrics: list[dict], smoothing: int = 1) -> dict[str, pd.DataFrame]:
+    """Long-format frames (step, value, series) for each panel in PANELS; empty frames when absent.
+
+    With smoothing > 1 each noisy series is its moving average over that many logged steps, and the
+    logged values stay beside it as the series "<name> (raw)" (drawn faint: `curve_colors`).
+    """
     frames = {}
     for panel, keys in PANELS.items():
         rows = []
@@ -133,12 +153,77 @@ def curve_frames(metrics: list[dict]) -> dict[str, pd.DataFrame]:
             expanded = [f"rewards/{n}/mean" for n in reward_names(metrics)] if key == "rewards/*" else [key]
             for metric in expanded:
                 label = SERIES_NAMES.get(metric) or metric[len("rewards/"):-len("/mean")]
-                for record in metrics:
-                    value = record.get(metric)
-                    if _is_number(value) and _is_number(record.get("step")):
-                        rows.append({"step": record["step"], "value": float(value), "series": label})
+                points = [(record["step"], float(record[metric])) for record in metrics
+                          if _is_number(record.get(metric)) and _is_number(record.get("step"))]
+                if smoothing > 1 and metric not in UNSMOOTHED and points:
+                    rows += [{"step": step, "value": value, "series": label + RAW_SUFFIX} for step, value in points]
+                    points = list(zip([p[0] for p in points], moving_average([p[1] for p in points], smoothing)))
+                rows += [{"step": step, "value": value, "series": label} for step, value in points]
         frames[panel] = pd.DataFrame(rows, columns=["step", "value", "series"]).astype({"step": "int64", "value": "float64"})
     return frames
+
+
+def curve_colors(frame: pd.DataFrame) -> dict[str, str]:
+    """A colour per series of a curve frame; a "(raw)" series gets its smoothed series' colour, faint."""
+    colors: dict[str, str] = {}
+    for series in [s for s in dict.fromkeys(frame["series"]) if not s.endswith(RAW_SUFFIX)]:
+        colors[series] = PALETTE[len(colors) % len(PALETTE)]
+    for series in [s for s in dict.fromkeys(frame["series"]) if s.endswith(RAW_SUFFIX)]:
+        base = colors.setdefault(series[: -len(RAW_SUFFIX)], PALETTE[len(colors) % len(PALETTE)])
+        colors[series] = base + RAW_ALPHA
+    return colors
+
+
+def kl_note(run_path: str, frame: pd.DataFrame) -> str:
+    """Why the KL panel is empty ("" when it has points): no KL term with beta = 0, or none logged yet."""
+    if not frame.empty:
+        return ""
+    grpo = read_config(run_path).get("grpo") or {}
+    kl, beta = grpo.get("kl"), grpo.get("beta", 0.0)
+    if kl in (None, "none") and _is_number(beta) and beta == 0:
+        return ("**KL: not plotted.** This run trains with `grpo.beta: 0` (config.yaml): there is no reference "
+                "model and no KL term, so the trainer logs no KL. Set `--beta` above 0 (or `--kl mirror`) to "
+                "keep the policy near a reference.")
+    if kl == "none":
+        return "**KL: not plotted.** This run sets `grpo.kl: none` (config.yaml): no KL term is computed."
+    return "**KL:** no value logged yet."
+
+
+# --- one prompt across steps --------------------------------------------------------------
+
+def prompt_choices(completions: list[dict]) -> list[tuple[str, str]]:
+    """(label, prompt) for every prompt in completions.jsonl, the most often logged first; the label
+    says how many steps logged it."""
+    steps: dict[str, set] = {}
+    for record in completions:
+        steps.setdefault(str(record.get("prompt", "")), set()).add(record.get("step", 0))
+    ranked = sorted(steps, key=lambda p: -len(steps[p]))
+    return [(f"{_short(' '.join(p.split()), 90)} ({len(steps[p])} steps)", p) for p in ranked]
+
+
+def prompt_history(completions: list[dict], prompt: str) -> pd.DataFrame:
+    """The same prompt's completions across steps, oldest first: step, completion, each reward, total, success."""
+    chosen = [r for r in completions if str(r.get("prompt", "")) == (prompt or "")]
+    table = completions_table(sorted(chosen, key=lambda r: r.get("step", 0)), "all", limit=len(chosen) or 1)
+    return table.drop(columns=["prompt"])
+
+
+def prompt_curve(completions: list[dict], prompt: str) -> pd.DataFrame:
+    """Per step, that prompt's success rate and mean total (long format: step, value, series)."""
+    by_step: dict[int, list[dict]] = {}
+    for record in completions:
+        if str(record.get("prompt", "")) == (prompt or "") and _is_number(record.get("step")):
+            by_step.setdefault(int(record["step"]), []).append(record)
+    rows = []
+    for step in sorted(by_step):
+        records = by_step[step]
+        totals = [r["total"] for r in records if _is_number(r.get("total"))]
+        successes = [float(r["success"]) for r in records if isinstance(r.get("success"), bool) or _is_number(r.get("success"))]
+        if successes:
+            rows.append({"step": step, "value": sum(successes) / len(successes), "series": "success rate"})
+        if totals:
+            rows.append({"step": step, "value": sum(totals) / len(totals), "series": "mean total reward"})
+    return pd.DataFrame(rows, columns=["step", "value", "series"]).astype({"step": "int64", "value": "float64"})
 
 
 # --- completions --------------------------------------------------------------------------
@@ -147,18 +232,21 @@ COMPLETION_VIEWS = ("latest", "best", "worst", "faults")
 
 
 def completions_table(completions: list[dict], view: str = "latest", limit: int = 50) -> pd.DataFrame:
-    """The completions to show: latest step's, best/worst by total, or those with a failed (null) reward.
+    """The completions to show: latest step's, best/worst by total, those with a failed (null) reward,
+    or ("all") every one in the given order.
 
     Columns: step, prompt, answer, completion, one per reward, total, success.
     """
-    if view not in COMPLETION_VIEWS:
+    if view not in (*COMPLETION_VIEWS, "all"):
         raise UserError(f"view: {view!r} is not one of {', '.join(COMPLETION_VIEWS)}")
     names: list[str] = []
     for record in completions:
         for name in (record.get("rewards") or {}):
             if name not in names:
                 names.append(name)
-    if view == "latest":
+    if view == "all":
+        chosen = list(completions)
+    elif view == "latest":
         last_step = max((r.get("step", 0) for r in completions), default=0)
         chosen = [r for r in completions if r.get("step", 0) == last_step]
     elif view == "faults":

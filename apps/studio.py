@@ -2,8 +2,9 @@
 
 `build_app(runs_root)` returns the gr.Blocks. Every event has an `api_name`, so gradio_client can
 call it (see docs/app.md). Handlers turn a UserError into gr.Error (one clear message); user
-reward code is scored in child processes (apps.designer) and runs train in their own process
-(apps.launcher); the app itself only reads run-directory files (through local_grpo.rundir) and
+reward code is scored in child processes (apps.designer), runs train in their own process
+(apps.launcher) and the rewards check samples the base model in its own (apps.checks); the app
+itself only reads run-directory files (through local_grpo.rundir) and the check's sample cache, and
 writes control.json.
 """
 
@@ -28,7 +29,7 @@ def build_app(runs_root: str) -> gr.Blocks:
     ui = SimpleNamespace()
     with gr.Blocks(title="local-grpo studio") as app:
         gr.Markdown(f"## local-grpo studio\nRuns folder: `{studio.runs_root}`")
-        with gr.Tabs():
+        with gr.Tabs() as ui.tabs:
             for title, tab_id, module in TABS:
                 with gr.Tab(title, id=tab_id):
                     setattr(ui, tab_id, module.layout(studio))

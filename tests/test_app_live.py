@@ -1,7 +1,8 @@
 """The studio served for real: gradio_client calls its named endpoints, Chromium drives its UI.
 
 One module-scoped setup: a finished tiny run (3 CPU steps) in a runs folder, and the app launched
-on a free localhost port. The browser test saves screenshots to docs/images/ for the README.
+on a free localhost port. The browser test writes its screenshots to a temporary folder (or to
+$STUDIO_SCREENSHOTS when set); copying them to docs/images/ is a deliberate step, not a test's.
 """
 
 from __future__ import annotations
@@ -72,6 +73,19 @@ def rows(table: dict) -> list[dict]:
     return [dict(zip(table["headers"], row)) for row in table["data"]]
 
 
+def plot(output: dict) -> dict:
+    """A plot's value from gradio_client, whether the app sent the plot or an update of it (colours, visibility)."""
+    return output.get("value", output) if output.get("__type__") == "update" else output
+
+
+def points(output: dict, series: str) -> list[tuple]:
+    """(step, value) points of one series of a LinePlot output."""
+    return [(row[0], row[1]) for row in plot(output)["data"] if row[2] == series]
+
+
+CHECK_FORM = ("", "arithmetic", "", "", 4, 8, 2, False)  # preset, task, dataset, rewards, G, tokens, K, fresh
+
+
 # --- gradio_client ------------------------------------------------------------------------
 
 def test_every_event_is_named(tmp_path):
@@ -81,23 +95,42 @@ def test_every_event_is_named(tmp_path):
     names = [fn.api_name for fn in app.fns.values()]
     assert all(names) and len(names) == len(set(names))
     assert {"score_rewards", "list_runs", "load_run", "refresh_run", "start_training", "stop_training",
-            "set_weights", "export_run", "save_rewards", "samples_from_run", "generate_samples"} <= set(names)
+            "set_weights", "export_run", "save_rewards", "samples_from_run", "generate_samples", "check_rewards",
+            "check_samples", "check_settings_from_train", "compare_rewards", "train_with_rewards", "smooth_curves",
+            "prompt_history"} <= set(names)
 
 
 def test_list_and_load_a_finished_run(client):
     table, _choices = client.predict(api_name="/list_runs")
     listed = {row["run"]: row for row in rows(table)}
     assert listed["tiny"]["status"] == "finished" and listed["tiny"]["steps"] == 3
-    overview, reward, success, length, kl, zero_std, completions, alerts, evals, weights = client.predict(
-        "tiny", "latest", api_name="/load_run")
+    (overview, reward, success, length, kl, zero_std, kl_note, completions, alerts, evals, prompt, prompt_table,
+     prompt_curve,
+     weights) = client.predict("tiny", "latest", 2, None, api_name="/load_run")
     assert "finished" in overview and "step 3 of 3" in overview
-    points = reward["data"]
-    assert {row[0] for row in points} == {1, 2, 3}  # a total-reward point per step
-    assert {row[2] for row in points} >= {"total reward"}
-    assert len(length["data"]) == 3
+    assert {row[0] for row in plot(reward)["data"]} == {1, 2, 3}  # a total-reward point per step
+    assert {row[2] for row in plot(reward)["data"]} >= {"total reward", "total reward (raw)"}
+    raw, smooth = points(length, "mean length (tokens) (raw)"), points(length, "mean length (tokens)")
+    assert len(raw) == len(smooth) == 3 and smooth[1][1] == pytest.approx((raw[0][1] + raw[1][1]) / 2)
+    assert reward["color_map"]["total reward (raw)"].startswith(reward["color_map"]["total reward"])
+    assert kl["visible"] is False and "grpo.beta: 0" in kl_note["value"]  # the tiny run trains without KL
     assert rows(completions) and all(row["step"] == 3 for row in rows(completions))
     assert any(row["type"] == "info" for row in rows(alerts))
+    assert prompt["value"] and rows(prompt_table) and plot(prompt_curve)["data"]
     assert "correct_numeric" in weights
+    *curves, note = client.predict("tiny", 1, api_name="/smooth_curves")
+    assert {row[2] for row in plot(curves[2])["data"]} == {"mean length (tokens)"}  # smoothing off: raw only
+
+
+def test_one_prompt_across_steps(client, runs_root):
+    from local_grpo.rundir import RunDir
+
+    completions = RunDir(os.path.join(runs_root, "tiny")).completions()
+    prompt = completions[0]["prompt"]
+    table, curve = client.predict("tiny", prompt, api_name="/prompt_history")
+    expected = sorted(r["step"] for r in completions if r["prompt"] == prompt)
+    assert [row["step"] for row in rows(table)] == expected
+    assert {row[2] for row in plot(curve)["data"]} == {"success rate", "mean total reward"}
 
 
 def test_score_samples_from_a_run(client):
@@ -132,7 +165,7 @@ def test_paths_outside_the_runs_folder_are_refused(client):
 
     for bad in ("../../etc", "/etc"):
         with pytest.raises(AppError, match="outside the runs folder"):
-            client.predict(bad, "latest", api_name="/load_run")
+            client.predict(bad, "latest", 5, None, api_name="/load_run")
     with pytest.raises(AppError, match="export folder"):
         client.predict("tiny", "lora", "../../outside", api_name="/export_run")
 
@@ -141,15 +174,57 @@ def test_save_weights_and_export(client, runs_root):
     import rewards
     from apps.designer import TEMPLATE
 
-    message, _source = client.predict(TEMPLATE, "my_rewards", api_name="/save_rewards")
+    message, _source, _reference = client.predict(TEMPLATE, "my_rewards", api_name="/save_rewards")
     path = os.path.join(runs_root, "reward_files", "my_rewards.py")
     assert path in message and rewards.get(f"{path}:ends_with_answer")(["Answer: 3"]) == [1.0]
+    specs, message = client.predict("my_rewards", api_name="/train_with_rewards")  # and the Train tab is shown
+    assert specs.splitlines() == [f"{path}:ends_with_answer: 1", f"{path}:matches_gold: 1"] and "Train" in message
     message = client.predict("tiny", "correct_numeric: 2\nformat_soft: 0", api_name="/set_weights")
     with open(os.path.join(runs_root, "tiny", "control.json")) as fh:
         assert json.load(fh) == {"weights": {"correct_numeric": 2.0, "format_soft": 0.0}}
     assert "control.json" in message
     message = client.predict("tiny", "lora", "", api_name="/export_run")
     assert os.path.isfile(os.path.join(runs_root, "exports", "tiny-lora", "adapter_config.json")), message
+
+
+def test_check_rewards_on_the_tiny_model_then_its_samples_in_the_designer(client, tiny_model_dir, runs_root):
+    from apps.designer import TEMPLATE
+
+    outputs = client.predict(tiny_model_dir, *CHECK_FORM, api_name="/check_rewards")
+    verdict, stats, histogram, shares, per_prompt, agreement, examples, probe, cache = outputs
+    assert "Verdict:" in verdict and "2 held-out prompts × G=4 = 8 completions" in verdict
+    assert {row["reward"] for row in rows(stats)} >= {"correct_numeric", "format_soft"}
+    assert len(rows(per_prompt)) == 2 and {"p_ref", "zero std"} <= set(rows(per_prompt)[0])
+    assert rows(agreement) and rows(agreement)[0]["both"] + rows(agreement)[0]["neither"] <= 8
+    assert rows(probe)[0]["reward"] == "correct_numeric"
+    assert sum(row[1] for row in histogram["data"]) == 8 * len(rows(stats))  # every score in one bin
+    assert os.path.isfile(os.path.join(runs_root, ".reward-check-cache", cache["value"]))
+    again = client.predict(tiny_model_dir, *CHECK_FORM, api_name="/check_rewards")
+    assert "read from the cache" in again[0] and again[8]["value"] == cache["value"]
+    samples = client.predict(cache["value"], api_name="/check_samples")
+    assert len(samples.splitlines()) == 8 and '"group": "prompt 0' in samples
+    summary, table, _hist = client.predict(TEMPLATE, samples, 5, True, api_name="/score_rewards")
+    assert len(rows(table)) == 8 and "of 2" in summary  # 2 groups of 4
+
+
+def test_check_rewards_bad_input_names_the_field(client):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="prompts"):
+        client.predict("embedded", "", "arithmetic", "", "", 4, 8, 0, False, api_name="/check_rewards")
+    with pytest.raises(AppError, match=r"rewards\[0\].*no_such_reward"):  # the check's own one line, from its process
+        client.predict("embedded", "", "arithmetic", "", "no_such_reward: 1", 4, 8, 2, False, api_name="/check_rewards")
+
+
+def test_compare_with_a_builtin_reference(client):
+    code = ("def says_two(completions, **kwargs):\n"
+            "    return [1.0 if '2' in c[-1]['content'] else 0.0 for c in completions]\n")
+    samples = "\n".join(json.dumps({"completion": c, "prompt": "1+1", "answer": "2", "group": "g"})
+                        for c in ("Answer: 2", "Answer: 12", "the answer is 2", "Answer: 5"))
+    summary, table = client.predict(code, samples, "correct_numeric", 5, True, api_name="/compare_rewards")
+    assert "**1** completions differ" in summary
+    assert [row["completion"] for row in rows(table)] == ["Answer: 12"]
+    assert rows(table)[0]["says_two"] == 1.0 and rows(table)[0]["reference: correct_numeric"] == 0.0
 
 
 def test_generate_samples_with_a_local_model(client, tiny_model_dir):
@@ -184,12 +259,12 @@ def test_train_from_the_app_with_a_live_weight_change(client, runs_root, tiny_mo
 # --- a real browser -----------------------------------------------------------------------
 
 @pytest.mark.browser
-def test_browser_design_score_and_watch(studio):
+def test_browser_design_score_check_and_watch(studio, tiny_model_dir, tmp_path):
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium), as .ci/run does")
     from playwright.sync_api import expect, sync_playwright
 
-    images = os.path.join(REPO, "docs", "images")
+    images = os.environ.get("STUDIO_SCREENSHOTS") or str(tmp_path)  # never docs/images: copying there is deliberate
     os.makedirs(images, exist_ok=True)
     code = ('def _text(c):\n    return c[-1]["content"] if isinstance(c, list) else c\n\n\n'
             'def has_digit(completions, **kwargs):\n'
@@ -224,6 +299,21 @@ def test_browser_design_score_and_watch(studio):
         page.wait_for_timeout(1500)  # let the histogram finish drawing
         page.screenshot(path=os.path.join(images, "studio-designer.png"), full_page=True)
 
+        # Check rewards: the tiny model, 2 prompts x G=4, then its samples into the samples box.
+        page.locator("#check-model").locator("input, textarea").first.fill(tiny_model_dir)
+        for box, value in (("#check-g", "4"), ("#check-tokens", "8"), ("#check-k", "2")):
+            page.locator(f"{box} input").first.fill(value)
+        page.locator("#check-rewards-btn").click()
+        expect(page.locator("#check-verdict")).to_contain_text("Verdict:", timeout=180000)
+        expect(page.locator("#check-verdict")).to_contain_text("2 held-out prompts × G=4")
+        expect(page.locator("#check-stats")).to_contain_text("correct_numeric")
+        expect(page.locator("#check-agreement")).to_contain_text("format_soft")
+        expect(page.locator("#check-histogram").locator("canvas, svg").first).to_be_visible(timeout=20000)
+        page.get_by_role("button", name="Load into the samples box").click()
+        expect(page.locator("#samples textarea")).to_have_value(re.compile('"group": "prompt 0'), timeout=20000)
+        page.wait_for_timeout(1500)
+        page.locator("#check-panel").screenshot(path=os.path.join(images, "studio-check.png"))
+
         # Watch: open the finished run and see its curves.
         page.get_by_role("tab", name="Watch").click()
         page.locator("input[aria-label='Run']").first.fill("tiny")
@@ -234,6 +324,11 @@ def test_browser_design_score_and_watch(studio):
         expect(page.locator("#completions")).to_contain_text("correct_numeric")
         expect(page.get_by_label("Reward weights (live: applied at the next step)")).to_have_value(
             re.compile(r"correct_numeric: \d"), timeout=10000)
+        expect(page.locator("#kl-note")).to_contain_text("grpo.beta: 0")  # no empty KL plot: why it is not drawn
+        expect(page.locator("#curve-kl")).to_be_hidden()
+        expect(page.locator("#prompt-history")).to_contain_text("completion", timeout=20000)
+        expect(page.locator("#prompt-curve").locator("canvas, svg").first).to_be_visible(timeout=20000)
         page.wait_for_timeout(1500)  # let the plots finish drawing
         page.screenshot(path=os.path.join(images, "studio-watch.png"), full_page=True)
+        assert all(os.path.getsize(os.path.join(images, f"studio-{n}.png")) > 10000 for n in ("designer", "check", "watch"))
         browser.close()

@@ -286,3 +286,184 @@ def test_export_tab_goes_through_the_verified_export(tmp_path):
     with pytest.raises(UserError, match="--format"):
         export(path, "onnx", str(tmp_path / "x"))
     assert not (tmp_path / "x").exists()
+
+
+# --- Watch: smoothing, KL note, eval, one prompt across steps ------------------------------
+
+def test_moving_average_is_trailing_and_starts_short():
+    assert runs.moving_average([1, 2, 3, 4, 5], 3) == pytest.approx([1.0, 1.5, 2.0, 3.0, 4.0])
+    assert runs.moving_average([1, 5], 1) == [1.0, 5.0]
+
+
+def test_smoothed_curves_keep_the_raw_line_faint(tmp_path):
+    metrics = RunDir(write_run(tmp_path / "r")).metrics()
+    frames = runs.curve_frames(metrics, smoothing=2)
+    length = frames["length"]
+    raw = length[length["series"] == "mean length (tokens) (raw)"]["value"].tolist()
+    smooth = length[length["series"] == "mean length (tokens)"]["value"].tolist()
+    assert raw == [31.0, 32.0, 33.0, 34.0] and smooth == [31.0, 31.5, 32.5, 33.5]
+    success = frames["success"]
+    assert set(success["series"]) == {"success", "success (raw)", "success (predicted)"}  # the forecast is not smoothed
+    colors = runs.curve_colors(success)
+    assert colors["success (raw)"] == colors["success"] + runs.RAW_ALPHA
+    assert set(runs.curve_frames(metrics, smoothing=1)["length"]["series"]) == {"mean length (tokens)"}
+
+
+def test_eval_pass_at_1_is_drawn_beside_success():
+    metrics = [{"step": 1, "success": 0.1}, {"step": 2, "success": 0.2}, {"step": 2, "eval/pass@1": 0.25},
+               {"step": 4, "success": 0.3, "eval/pass@1": 0.5}]
+    success = runs.curve_frames(metrics, smoothing=3)["success"]
+    evals = success[success["series"] == "held-out pass@1 (eval)"]
+    assert evals["step"].tolist() == [2, 4] and evals["value"].tolist() == [0.25, 0.5]  # as logged
+
+
+def test_kl_note_says_why_the_kl_plot_is_empty(tmp_path):
+    path = write_run(tmp_path / "r")  # its config has no grpo.beta: the default 0
+    empty = runs.curve_frames([{"step": 1, "reward": 0.1}])["kl"]
+    assert "grpo.beta: 0" in runs.kl_note(path, empty)
+    assert runs.kl_note(path, runs.curve_frames([{"step": 1, "kl": 0.1}])["kl"]) == ""
+    with open(os.path.join(path, "config.yaml"), "a") as fh:
+        fh.write("grpo: {max_steps: 4, beta: 0.04}\n")
+    assert runs.kl_note(path, empty) == "**KL:** no value logged yet."
+
+
+def test_one_prompt_across_steps(tmp_path):
+    completions = [{"step": s, "prompt": p, "completion": f"{p} at {s}", "rewards": {"r": float(s > 1)},
+                    "total": float(s > 1), "success": s > 1} for s in (1, 2, 3) for p in ("a", "b") if (p, s) != ("b", 3)]
+    completions.append({"step": 3, "prompt": "a", "completion": "again", "rewards": {"r": 0.0}, "total": 0.0,
+                        "success": False})
+    choices = runs.prompt_choices(completions)
+    assert [value for _label, value in choices] == ["a", "b"] and choices[0][0] == "a (3 steps)"
+    history = runs.prompt_history(completions, "a")
+    assert history["step"].tolist() == [1, 2, 3, 3] and "prompt" not in history.columns
+    assert history["completion"].tolist()[:2] == ["a at 1", "a at 2"]
+    curve = runs.prompt_curve(completions, "a")
+    rate = curve[curve["series"] == "success rate"]
+    assert rate["step"].tolist() == [1, 2, 3] and rate["value"].tolist() == [0.0, 1.0, 0.5]
+    assert runs.prompt_history(completions, "missing").empty
+
+
+# --- the rewards check panel (apps.checks) ------------------------------------------------
+
+def check_result() -> dict:
+    """A result in the documented --json shape (docs/reward-check.md), with hand-picked numbers."""
+    histogram = {"edges": [0.0, 0.5, 1.0], "counts": [6, 2]}
+    return {
+        "model": "embedded", "task": "arithmetic", "num_generations": 4, "prompts": 2, "samples": 8, "seed": 0,
+        "max_new_tokens": 12, "temperature": 1.0, "cache": {"path": "/x/abc.jsonl", "hit": True},
+        "seconds": {"generate": 0.0, "score": 0.1, "probe": 0.1, "total": 1.2},
+        "rewards": [{"name": "correct_numeric", "weight": 1.0, "success_threshold": 0.999, "mean": 0.25, "std": 0.433,
+                     "fraction_none": 0.0, "histogram": histogram, "faults": {}},
+                    {"name": "format_soft", "weight": 0.2, "success_threshold": 0.999, "mean": 0.5, "std": 0.5,
+                     "fraction_none": 0.125, "histogram": histogram, "faults": {"exception": 1}}],
+        "zero_std_fraction": 0.5,
+        "per_prompt": [{"index": 0, "question": "1+1", "answer": "2", "p_ref": 0.5, "total_mean": 0.6, "total_std": 0.5,
+                        "zero_std": False},
+                       {"index": 1, "question": "2+2", "answer": "4", "p_ref": 0.0, "total_mean": 0.0, "total_std": 0.0,
+                        "zero_std": True}],
+        "p_ref": {"reward": "correct_numeric", "threshold": 0.999, "mean": 0.25},
+        "forecast": {"steps": 40, "p_ref_mean": 0.25, "p_star": 0.5, "success_at_max_steps": 0.4, "note": "beta > 0"},
+        "variance_scale": "group", "variance_shares": {"correct_numeric": 0.8, "format_soft": 0.2},
+        "agreement": [{"a": "correct_numeric", "b": "format_soft", "both": 1, "a_only": 1, "b_only": 3, "neither": 3,
+                       "examples": {"a_only": [{"group": 0, "completion": "2", "scores": {"correct_numeric": 1.0,
+                                                                                          "format_soft": 0.0}}],
+                                    "b_only": []}}],
+        "probe": {"correct_numeric": {"false_positive_rate": 0.0, "false_negative_rate": 0.1, "battery": "numeric",
+                                      "completions": 120}},
+        "verdict": {"kind": "learnable", "text": "learnable", "reason": "1 of 2 prompts vary", "warnings": []},
+    }
+
+
+def test_check_tables_render_the_documented_keys():
+    from apps import checks
+
+    result = check_result()
+    text = checks.verdict_markdown(result)
+    assert "Verdict: learnable" in text and "1 of 2 prompts vary" in text and "Zero-std groups: 1/2 (50%)" in text
+    assert "read from the cache" in text
+    stats = checks.reward_stats_table(result).set_index("reward")
+    assert stats.loc["correct_numeric", "variance share"] == 0.8 and stats.loc["format_soft", "faults"] == "exception: 1"
+    assert stats.loc["format_soft", "histogram range"] == "0 to 1"
+    bins = checks.histogram_frame(result)
+    assert bins[bins["reward"] == "format_soft"][["bin", "count"]].values.tolist() == [["01", 6], ["02", 2]]
+    assert checks.shares_frame(result)["share"].tolist() == [0.8, 0.2]
+    assert checks.per_prompt_table(result)["zero std"].tolist() == [False, True]
+    agreement = checks.agreement_table(result).iloc[0]
+    assert (agreement["both"], agreement["only a"], agreement["only b"], agreement["neither"]) == (1, 1, 3, 3)
+    examples = checks.disagreement_examples(result)
+    assert examples[["only", "completion"]].values.tolist() == [["correct_numeric", "2"]]
+    assert checks.probe_table(result)["false negative rate"].tolist() == [0.1]
+
+
+def test_check_progress_lines_are_the_clis():
+    from apps import checks
+    from local_grpo.cli.reward_check import StderrProgress
+
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        for stage, done, total in (("generate", 8, 64), ("score", 64, 64), ("probe", 1, 1)):
+            StderrProgress()(stage, done, total)
+    parsed = [checks.parse_progress(line) for line in err.getvalue().splitlines()]
+    assert parsed == [("generate", 8, 64), ("score", 64, 64), ("probe", 1, 1)]
+    assert checks.parse_progress("Loading weights 3/10") is None
+
+
+def test_check_config_from_the_form_and_its_errors(tmp_path):
+    from apps import checks
+
+    config = checks.check_config(checks.CheckRequest(preset="cpu", task="countdown", num_generations=6,
+                                                     rewards={"countdown": 1.0, "format_soft": 0.2}))
+    assert config.data.task == "countdown" and config.grpo.num_generations == 6
+    assert config.grpo.per_device_train_batch_size % 6 == 0  # the cpu preset's 16 rounded up to whole groups
+    assert [(r.name, r.weight) for r in config.rewards] == [("countdown", 1.0), ("format_soft", 0.2)]
+    assert config.success_reward == "countdown" and config.preset == "cpu"
+    defaults = checks.check_config(checks.CheckRequest(task="arithmetic"))
+    assert [r.name for r in defaults.rewards] and defaults.success_reward == "correct_numeric"  # the task's defaults
+    with pytest.raises(UserError, match="prompts"):
+        checks.check_config(checks.CheckRequest(prompts=0))
+    with pytest.raises(UserError, match="preset"):
+        checks.check_config(checks.CheckRequest(preset="9gb"))
+    with pytest.raises(UserError, match="num_generations"):
+        checks.check_config(checks.CheckRequest(num_generations=0))
+
+
+def test_cached_check_samples_load_into_the_designer(tmp_path):
+    from apps import checks
+    from local_grpo.reward_check import write_cache
+
+    folder = tmp_path / checks.CACHE_FOLDER
+    key = {"model": "/m/tiny", "prompts": ["1+1", "2+2"], "num_generations": 2}
+    samples = [{"group": g, "prompt": p, "answer": a, "completion": f"Answer: {c}", "tokens": 3}
+               for g, (p, a) in enumerate((("1+1", "2"), ("2+2", "4"))) for c in (a, "0")]
+    write_cache(str(folder / "abc.jsonl"), key, samples, 1.0)
+    [(label, name)] = checks.cache_files(str(tmp_path))
+    assert name == "abc.jsonl" and "tiny · 2 prompts × G=2" in label
+    loaded = checks.cached_samples(str(folder / name))
+    assert len(loaded) == 4 and loaded[0]["group"] == loaded[1]["group"] != loaded[2]["group"]
+    result = designer.score_code(designer.TEMPLATE, designer.parse_samples(designer.samples_to_text(loaded)))
+    assert result.scores["matches_gold"] == [1.0, 0.0, 1.0, 0.0]
+    with pytest.raises(UserError, match="cache"):
+        checks.cached_samples(str(tmp_path / "missing.jsonl"))
+
+
+# --- Compare with a reference reward ------------------------------------------------------
+
+def test_compare_lists_only_the_disagreements():
+    code = ("def says_two(completions, **kwargs):\n"
+            "    return [1.0 if '2' in c[-1]['content'] else 0.0 for c in completions]\n")
+    samples = [dict(s) for s in SAMPLES]  # Answer: 2 (right), Answer: 3, I think 4 (right), no idea
+    result = designer.score_code(code, samples)
+    scores, maximum = designer.score_reference("correct_numeric", samples)
+    assert maximum == 1.0
+    found = designer.disagreements(result, "correct_numeric", scores, maximum)
+    assert found["counts"]["says_two"] == {"both": 1, "edited_only": 0, "reference_only": 1, "neither": 2}
+    assert found["rows"] == [2]
+    table = designer.compare_table(result, "correct_numeric", scores, found)
+    assert table["completion"].tolist() == ["I think 4"]
+    assert table[["says_two", "reference: correct_numeric"]].values.tolist() == [[0.0, 1.0]]
+    assert "**1** completions differ" in designer.compare_markdown(result, found)
+    with pytest.raises(UserError, match="reference"):
+        designer.score_reference("no_such_reward", samples)
