@@ -2,7 +2,7 @@
 
 `estimate(config)` turns a config (model shape + LoRA + GRPO settings) into a peak-memory
 estimate with a breakdown; `suggest(config, vram_gb)` finds the largest settings that fit a card;
-`preflight(config, force)` is what `train` runs first; `register_cli` adds `local-grpo plan`.
+`preflight(config, force)` is what `train` runs first; the `plan` command is local_grpo/cli/plan.py.
 
 This module must stay instant to import: no torch, transformers or trl at module level (only
 `preflight` imports torch, to read the GPU's memory). Model shapes come from a local folder's
@@ -28,7 +28,6 @@ fragmentation + the dequantised weight buffer of 4-bit matmuls.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import glob
 import json
@@ -825,66 +824,6 @@ def _flag(name: str, value: Any) -> str:
     return f"--{name} {value}"
 
 
-# --- CLI -------------------------------------------------------------------------------------
-
-PLAN_FLAGS = ("model", "load-in-4bit", "max-seq-length", "num-generations", "max-completion-length",
-              "per-device-train-batch-size", "gradient-accumulation-steps", "lora-r", "beta",
-              "gradient-checkpointing", "optim")
-
-
-def register_cli(subparsers) -> argparse.ArgumentParser:
-    """Add `plan` to an argparse subparsers object; sets func=run_cli."""
-    from .config import override_fields
-
-    p = subparsers.add_parser("plan", help="Estimate peak GPU memory for a config; with --vram, settings that fit.",
-                              description="Estimate peak GPU memory (GiB) of a GRPO run before anything loads.")
-    p.add_argument("--config", metavar="FILE", help="YAML config (flags below override it)")
-    p.add_argument("--preset", help="Preset under the config: cpu, 6gb, 8gb, 12gb, 16gb, 24gb")
-    table = override_fields()
-    for flag in PLAN_FLAGS:
-        _, _, typ, help_text = table[flag]
-        if typ is bool:
-            p.add_argument(f"--{flag}", dest=flag.replace("-", "_"), action=argparse.BooleanOptionalAction,
-                           default=None, help=help_text)
-        else:
-            p.add_argument(f"--{flag}", dest=flag.replace("-", "_"), type=typ, default=None, help=help_text,
-                           metavar=flag.split("-")[-1].upper() if typ is not str else None)
-    p.add_argument("--backend", choices=("auto", "unsloth", "hf"), default=None,
-                   help="Backend the plan assumes (auto: unsloth when installed)")
-    p.add_argument("--vram", type=float, metavar="GB", help="GPU memory in GiB: say whether it fits, suggest settings")
-    p.add_argument("--json", action="store_true", help="Print one JSON object")
-    p.set_defaults(func=run_cli)
-    return p
-
-
-def config_from_args(args) -> tuple[Any, dict | None]:
-    """The Config `plan` plans (file, preset, then flags) and the GPU defaults it assumed, if any.
-
-    Without --config or --preset, a GPU question (see `gpu_defaults`) gets GPU defaults for the
-    flags not given instead of the CPU defaults of a bare Config.
-    """
-    from . import config as cfg
-    from .presets import apply_preset
-
-    if getattr(args, "config", None):
-        config = cfg.load(args.config, preset=getattr(args, "preset", None))
-    elif getattr(args, "preset", None):
-        config = cfg.from_dict(apply_preset(args.preset, {}), source="--preset")
-    else:
-        config = cfg.Config()
-    overrides = {flag: getattr(args, flag.replace("-", "_"), None) for flag in PLAN_FLAGS}
-    cfg.apply_overrides(config, overrides)
-    if getattr(args, "backend", None):
-        config.backend = args.backend
-    assumed = None
-    if not getattr(args, "config", None) and not getattr(args, "preset", None):
-        given = {flag for flag, value in overrides.items() if value is not None}
-        assumed = gpu_defaults(config, given, getattr(args, "vram", None))
-        if assumed:
-            cfg.apply_overrides(config, assumed["values"])
-    return cfg.validate(config), assumed
-
-
 # --- GPU defaults for a question asked without a preset ---------------------------------------
 
 CPU_DEFAULTS_MAX_PARAMS = 1.0e9  # the bare Config's defaults (micro-batch 16, no checkpointing) are sized for the embedded 135M
@@ -929,50 +868,3 @@ def gpu_defaults(config, given: set, vram_gb: float | None = None) -> dict | Non
     why = "4-bit asked" if shape.params <= CPU_DEFAULTS_MAX_PARAMS else f"{shape.params / 1e9:.1f}B params"
     return {"reason": f"no --config/--preset and a GPU question, {why}: GPU defaults, micro-batch as preset {preset}",
             "preset": preset, "values": values}
-
-
-def run_cli(args) -> int:
-    config, assumed = config_from_args(args)
-    if args.vram is not None and args.vram <= 0:
-        raise UserError(f"--vram: must be a positive number of GB, got {args.vram}")
-    plan = estimate(config, vram_gb=args.vram)
-    plan["assumed_defaults"] = assumed
-    if args.json:
-        print(json.dumps(plan))
-    else:
-        print(format_table(plan))
-    return 0
-
-
-def format_table(plan: dict) -> str:
-    b = plan["breakdown"]
-    a = b["assumptions"]
-    lines = [
-        f"Memory plan for {a['model']} ({a['params'] / 1e9:.2f}B params, backend {a['backend']}) — GiB",
-        f"  micro-batch {a['micro_batch']} x ({a['prompt_tokens']} prompt + {a['completion_tokens']} completion tokens), "
-        f"generation batch {a['generation_batch']}, checkpointing {'on' if a['gradient_checkpointing'] else 'off'}",
-        "",
-    ]
-    rows = [("weights", a["weights"]), ("lora", f"{a['lora_params'] / 1e6:.1f}M params, {a['lora']}"),
-            ("optimizer", a["optimizer"]), ("activations", "policy forward/backward"), ("logits", a["logits"]),
-            ("kv_cache", f"generation ({a['generation_sequences']} sequences at once)"),
-            ("generation_working", "prefill + sampling"), ("reference", a["reference"]), ("vllm", a["vllm"]),
-            ("overhead", "CUDA context, allocator, 4-bit dequant buffer")]
-    assumed = plan.get("assumed_defaults")
-    if assumed:
-        flags = " ".join(_flag(k, v) for k, v in assumed["values"].items())
-        lines.insert(2, f"  assumed: {flags} ({assumed['reason']})")
-    for key, note in rows:
-        lines.append(f"  {key:<20} {b[key + '_gb']:>8.2f}   {note}")
-    lines.append(f"  {'total (peak)':<20} {plan['total_gb']:>8.2f}   = static + overhead + peak phase ({b['peak_phase']})")
-    if plan["vram_gb"] is not None:
-        lines.append("")
-        lines.append(f"  {'fits' if plan['fits'] else 'does NOT fit'} in {plan['vram_gb']:g} GB")
-    s = plan.get("suggestion")
-    if s:
-        if s["fits"]:
-            flags = " ".join(_flag(k, v) for k, v in s["changes"].items())
-            lines.append(f"  suggestion (~{s['total_gb']:.2f} GB): {flags}")
-        else:
-            lines.append(f"  no setting of this model fits {plan['vram_gb']:g} GB (smallest ~{s['total_gb']:.2f} GB): use a smaller model")
-    return "\n".join(lines)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from local_grpo import plan
+from local_grpo.cli import plan as plan_cli
 from local_grpo.config import Config
 from local_grpo.errors import UserError
 from local_grpo.presets import PRESETS, apply_preset
@@ -111,7 +112,7 @@ def test_vllm_pool_is_planned_and_shown():
     assert shared["vllm_gb"] == pytest.approx(0.3 * 16 - shared["weights_gb"], abs=0.01)
     server = config_for(use_vllm=True, vllm_mode="server")
     assert plan.estimate(server, vram_gb=16)["breakdown"]["vllm_gb"] == 0
-    assert "vllm" in plan.format_table(with_vllm)
+    assert "vllm" in plan_cli.format_table(with_vllm)
 
 
 # --- the model ---
@@ -203,7 +204,7 @@ def test_preflight_without_a_gpu_only_plans(monkeypatch):
 
 def run_cli(argv, capsys):
     parser = argparse.ArgumentParser()
-    plan.register_cli(parser.add_subparsers(dest="command"))
+    plan_cli.register_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["plan", *argv])
     code = args.func(args)
     return code, capsys.readouterr().out

@@ -23,8 +23,7 @@ def build_parser() -> ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     add_train_command(sub)
     add_doctor_command(sub)
-    from .. import export, plan
-    from . import app, eval, predict, rewards
+    from . import app, eval, export, plan, predict, rewards
 
     for module in (eval, export, predict, plan, app, rewards):
         module.register_cli(sub)
