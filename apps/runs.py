@@ -6,7 +6,6 @@ import the trainer. Every path a user types is resolved under the app's runs fol
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -363,19 +362,17 @@ def read_config(run_path: str) -> dict:
 
 
 def configured_weights(run_path: str) -> dict[str, float]:
-    """The run's reward weights: control.json's overrides over config.yaml's (reward names as in metrics)."""
-    weights = {}
-    for spec in read_config(run_path).get("rewards") or []:
-        name = str(spec.get("name", ""))
-        if ".py:" in name:
-            name = name.rsplit(":", 1)[1]  # user-file rewards are logged by function name
-        weights[name] = float(spec.get("weight", 1.0))
-    try:
-        with open(os.path.join(run_path, rundir.CONTROL), encoding="utf-8") as fh:
-            control = json.load(fh)
+    """The run's reward weights by reward key (as in metrics): control.json's overrides over config.yaml's."""
+    import rewards
+
+    specs = [spec for spec in read_config(run_path).get("rewards") or [] if isinstance(spec, dict)]
+    # user-file rewards are named by their function; repeats get the trainer's keys (name#2, ...)
+    names = [str(spec.get("name", "")).rsplit(":", 1)[1] if ".py:" in str(spec.get("name", ""))
+             else str(spec.get("name", "")) for spec in specs]
+    weights = {key: float(spec.get("weight", 1.0)) for key, spec in zip(rewards.unique_keys(names), specs)}
+    control = rundir.RunDir(run_path).read_json(rundir.CONTROL) or {}
+    if isinstance(control, dict):
         weights.update({k: float(v) for k, v in (control.get("weights") or {}).items() if _is_number(v)})
-    except (OSError, json.JSONDecodeError, AttributeError):
-        pass
     return weights
 
 

@@ -158,6 +158,13 @@ def test_configured_weights_follow_control_json(tmp_path):
     assert launcher.read_control(path) == {"weights": {"format_soft": 0.0}}
 
 
+def test_configured_weights_key_repeated_rewards_like_the_trainer(tmp_path):
+    path = write_run(tmp_path / "r")
+    with open(os.path.join(path, "config.yaml"), "w") as fh:
+        fh.write("rewards:\n- {name: format_soft, weight: 1.0}\n- {name: format_soft, weight: 10.0, params: {scale: 0.5}}\n")
+    assert runs.configured_weights(path) == {"format_soft": 1.0, "format_soft#2": 10.0}
+
+
 # --- designer.py --------------------------------------------------------------------------
 
 def test_template_scores_table_totals_histogram_and_zero_std():

@@ -148,3 +148,32 @@ def test_bad_reward_name_fails_before_loading_the_model(tiny_config):
     with pytest.raises(UserError, match=r"rewards\[0\]"):
         train.train(tiny_config, progress=False)
     assert not os.path.exists(tiny_config.output_dir)
+
+
+def test_two_rewards_with_one_name_keep_apart_under_unique_keys(tiny_config):
+    """format_soft twice (different params, weights 1 and 10): both scores kept, the total weighs both."""
+    import rewards
+    from local_grpo.config import RewardSpec
+    from local_grpo.train.recorder import RewardRecorder
+
+    fns = [rewards.get("format_soft"), rewards.get("format_soft", scale=0.5)]
+    recorder = RewardRecorder(None, fns, [1.0, 10.0], rewards.get("correct_numeric"))
+    assert recorder.names == ["format_soft", "format_soft#2"]
+    seen = []
+    recorder.on_scored.append(lambda step, records: seen.extend(records))
+    completions = [[{"role": "assistant", "content": "2 + 2 = 4\nAnswer: 4"}]]
+    for wrapped in recorder.wrapped():
+        wrapped(completions, prompts=[[{"role": "user", "content": "What is 2 + 2?"}]], answer=["4"])
+    first, second = seen[0]["rewards"]["format_soft"], seen[0]["rewards"]["format_soft#2"]
+    assert second == pytest.approx(first / 2) and first > 0
+    assert seen[0]["total"] == pytest.approx(first + 10 * second)
+
+    tiny_config.rewards = [RewardSpec("format_soft", 1.0), RewardSpec("format_soft", 10.0, {"scale": 0.5})]
+    tiny_config.grpo.max_steps, tiny_config.grpo.p_ref_samples = 1, 0
+    train.train(tiny_config, progress=False)
+    run = RunDir.open(tiny_config.output_dir)
+    assert {"rewards/format_soft/mean", "rewards/format_soft#2/mean"} <= set(run.metrics()[0])
+    for record in run.completions():
+        scores = record["rewards"]
+        assert set(scores) == {"format_soft", "format_soft#2"}
+        assert record["total"] == pytest.approx(scores["format_soft"] + 10 * scores["format_soft#2"], abs=1e-5)
