@@ -383,6 +383,21 @@ def validate(config: Config) -> Config:
     _positive("data.num_train", d.num_train)
     if d.num_heldout < 0:
         raise UserError(f"data.num_heldout: must be >= 0, got {d.num_heldout}")
+    _validate_grpo(g, m.max_seq_length)
+    for i, spec in enumerate(config.rewards):
+        if not isinstance(spec.name, str) or not spec.name:
+            raise UserError(f"rewards[{i}].name: must be a registry name or path/to/file.py:function")
+        if spec.weight != spec.weight or spec.weight in (float("inf"), float("-inf")):
+            raise UserError(f"rewards[{i}].weight: must be a finite number")
+    if config.preset is not None:
+        from .presets import PRESETS
+
+        _one_of("preset", config.preset, tuple(PRESETS))
+    return config
+
+
+def _validate_grpo(g: GRPOSettings, max_seq_length: int) -> None:
+    """The grpo section's checks (validate's part for TRL's settings)."""
     if g.num_generations < 2:
         raise UserError(f"grpo.num_generations: must be >= 2 (a group needs two completions), got {g.num_generations}")
     _positive("grpo.per_device_train_batch_size", g.per_device_train_batch_size)
@@ -395,10 +410,10 @@ def validate(config: Config) -> Config:
             f"num_generations {g.num_generations}"
         )
     _positive("grpo.max_completion_length", g.max_completion_length)
-    if g.max_completion_length >= m.max_seq_length:
+    if g.max_completion_length >= max_seq_length:
         raise UserError(
             f"grpo.max_completion_length: {g.max_completion_length} leaves no room for the prompt in "
-            f"model.max_seq_length {m.max_seq_length}"
+            f"model.max_seq_length {max_seq_length}"
         )
     if g.temperature <= 0:
         raise UserError(f"grpo.temperature: must be > 0, got {g.temperature}")
@@ -437,16 +452,6 @@ def validate(config: Config) -> Config:
         raise UserError(f"grpo.warmup_steps: must be >= 0, got {g.warmup_steps}")
     if g.max_grad_norm <= 0:
         raise UserError(f"grpo.max_grad_norm: must be > 0, got {g.max_grad_norm}")
-    for i, spec in enumerate(config.rewards):
-        if not isinstance(spec.name, str) or not spec.name:
-            raise UserError(f"rewards[{i}].name: must be a registry name or path/to/file.py:function")
-        if spec.weight != spec.weight or spec.weight in (float("inf"), float("-inf")):
-            raise UserError(f"rewards[{i}].weight: must be a finite number")
-    if config.preset is not None:
-        from .presets import PRESETS
-
-        _one_of("preset", config.preset, tuple(PRESETS))
-    return config
 
 
 def _one_of(name: str, value: Any, allowed: tuple) -> None:
