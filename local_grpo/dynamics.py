@@ -177,6 +177,36 @@ def trajectory(p_ref, beta, kl="ref", norm="meanstd", alpha=0.5, eps=1e-5, steps
     return path
 
 
+def trajectories(p_refs, betas, kl="ref", norm="meanstd", alpha=0.5, eps=1e-5, steps=50):
+    """trajectory() for many p_ref and many β at once (the forecast's fit): an array [β, p_ref, step].
+
+    Entry [i, j, n] is p_n for p_refs[j] at betas[i], equal to trajectory(p_refs[j], betas[i], ...)[n]
+    up to float rounding. p_ref 0 and 1 stay put (absorbing), as in trajectory().
+    """
+    p_refs = np.asarray(p_refs, dtype=float).reshape(1, -1)
+    betas = np.asarray(betas, dtype=float).reshape(-1, 1)
+    for p in np.unique(p_refs):
+        check_params(float(p), 1.0, kl, norm, alpha, eps, steps)
+    for beta in np.unique(betas):
+        check_params(0.5, float(beta))
+    a = ref_weight(kl, alpha)
+    inner = (p_refs > 0.0) & (p_refs < 1.0)
+    clipped = np.clip(p_refs, 1e-300, 1.0 - 1e-16)
+    logit_ref = np.where(inner, np.log(clipped) - np.log1p(-clipped), 0.0)
+    gain = np.zeros((betas.shape[0], p_refs.shape[1]))
+    path = np.empty((betas.shape[0], p_refs.shape[1], steps + 1))
+    path[:, :, 0] = p_refs
+    for n in range(1, steps + 1):
+        gain = (1.0 - a) * gain + _omega_from_logit_array(logit_ref + gain, norm, eps) / betas
+        path[:, :, n] = np.where(inner, _sigmoid_array(logit_ref + gain), p_refs)
+    return path
+
+
+def _sigmoid_array(logits):
+    """σ(L) elementwise, without overflow and with full relative precision near 0."""
+    return np.exp(-np.logaddexp(0.0, -logits))
+
+
 def fixed_points(p_ref, beta, kl="ref", norm="meanstd", alpha=0.5, eps=1e-5):
     """Every fixed point p* = h(p*) as [{"p": float, "stable": bool}], ascending in p.
 

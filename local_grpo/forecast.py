@@ -1,0 +1,213 @@
+"""A calibrated success forecast: p_ref pooled across prompts, the step size fitted to a run's first steps.
+
+Two estimates turn the dynamics recurrence (local_grpo.dynamics) into a forecast for a real run:
+
+1. `pool_p_ref`: the starting model's success, pooled across prompts (hierarchical beta-binomial).
+   Prompt i showed k_i successes in n_i samples; prompts' true success q is Beta(μκ, (1−μ)κ) across
+   prompts, with a uniform prior on the mean μ and a log-uniform one on the concentration κ
+   (KAPPA_RANGE), both integrated on a grid. A prompt at 0/4 gets the posterior mean
+   E[q | 0 of 4, the other prompts] > 0, never a certain 0; the population (`nodes`, `weights`) is the
+   posterior predictive of q for a prompt not yet seen. The hyperparameters are integrated, not
+   point-estimated: their maximum-likelihood value degenerates to μ = 0 when every sample failed.
+2. `fit_step_size`: with no KL (`kl: none`) the recurrence's β is an inverse step size with no value
+   of its own. It gets a log-uniform prior on BETA_GRID and is fitted jointly with the population
+   (μ, κ) to the held-out counts and the per-prompt group counts of the run's first steps: a group of
+   G completions at step n has k successes with probability Σ_j w_j·Binom(k; G, p_{n−1}(q_j; β))
+   (step n is sampled by π_{n−1}; q_j, w_j the population's nodes). Fitting the population too keeps
+   a held-out estimate that is off (8 × 4 samples) from being read as a wrong speed.
+   `StepSizeFit.band` gives the forecast of the mean success per step and its central credible band.
+
+Pure numpy and math; no I/O, no torch (local_grpo/train/p_ref.py wires this to a training run).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dynamics
+
+MEAN_LOGITS = np.linspace(-12.0, 12.0, 97)  # grid over the population mean μ, in log-odds
+KAPPA_RANGE = (0.5, 1000.0)  # prior support of the concentration κ = a + b (log-uniform)
+KAPPA_POINTS = 13
+Q_LOGITS = np.linspace(-14.0, 10.0, 97)  # nodes of a prompt's p_ref, in log-odds
+BETA_GRID = np.geomspace(0.02, 20000.0, 161)  # candidate step sizes (inverse), log-uniform prior
+BAND_LEVEL = 0.8  # central credible band: the 10th to the 90th percentile
+NEGLIGIBLE = 1e-4  # the least likely grid points holding this much posterior mass in all are left out of the band
+
+
+@dataclass(frozen=True)
+class PRefPool:
+    """Starting success pooled across prompts.
+
+    per_prompt: posterior mean p_ref of each measured prompt (same order as the counts);
+    mean: posterior mean of the population mean μ; nodes, weights: a prompt's p_ref not yet
+    measured, as values and their probabilities (sum 1).
+    """
+
+    per_prompt: list
+    mean: float
+    nodes: np.ndarray
+    weights: np.ndarray
+
+
+def _log_beta_binomial(successes, samples, a, b):
+    """log P(k of n | Beta(a, b)) without the binomial coefficient, for integer counts (arrays a, b).
+
+    B(a + k, b + n − k) / B(a, b) = Π_{t<k}(a + t) · Π_{t<n−k}(b + t) / Π_{t<n}(a + b + t).
+    """
+    total = np.zeros_like(a)
+    for t in range(successes):
+        total += np.log(a + t)
+    for t in range(samples - successes):
+        total += np.log(b + t)
+    for t in range(samples):
+        total -= np.log(a + b + t)
+    return total
+
+
+def _hyper_grid():
+    """(a, b, log prior) over the flattened (μ, κ) grid: uniform in μ, log-uniform in κ."""
+    mu = 1.0 / (1.0 + np.exp(-MEAN_LOGITS))
+    kappa = np.geomspace(*KAPPA_RANGE, KAPPA_POINTS)
+    mu_grid, kappa_grid = (x.ravel() for x in np.meshgrid(mu, kappa, indexing="ij"))
+    log_prior = np.log(mu_grid * (1.0 - mu_grid))  # dμ = μ(1−μ) d logit μ on an even logit grid
+    return mu_grid * kappa_grid, (1.0 - mu_grid) * kappa_grid, log_prior
+
+
+def _held_out_log_likelihood(successes, samples, a, b):
+    """Σ_i log P(k_i of n_i | Beta(a, b)) per grid point."""
+    if len(successes) != len(samples) or any(not 0 <= k <= n for k, n in zip(successes, samples)):
+        raise ValueError("pool_p_ref: need one count 0 <= successes <= samples per prompt")
+    total = np.zeros_like(a)
+    for k, n in zip(successes, samples):
+        total += _log_beta_binomial(int(k), int(n), a, b)
+    return total
+
+
+def _normalised(log_weights):
+    weights = np.exp(log_weights - log_weights.max())
+    return weights / weights.sum()
+
+
+def pool_p_ref(successes, samples) -> PRefPool:
+    """Pool per-prompt counts (k_i successes of n_i samples) into p_ref estimates and a population.
+
+    With no counts at all the population is the prior's (mean 0.5).
+    """
+    a, b, log_prior = _hyper_grid()
+    post = _normalised(log_prior + _held_out_log_likelihood(successes, samples, a, b))
+    per_prompt = [float(np.sum(post * (a + k) / (a + b + n))) for k, n in zip(successes, samples)]
+    weights = _node_weights(a, b) @ post
+    return PRefPool(per_prompt=per_prompt, mean=float(np.sum(post * a / (a + b))),
+                    nodes=_sigmoid(Q_LOGITS), weights=weights / weights.sum())
+
+
+def _sigmoid(logits):
+    return np.exp(-np.logaddexp(0.0, -logits))
+
+
+def _node_weights(a, b):
+    """[node, grid point]: the probability of each Q_LOGITS node under Beta(a_g, b_g) (columns sum to 1).
+
+    The density is taken in log-odds; mass beyond the grid's ends goes to the nearer end node.
+    """
+    log_norm = np.vectorize(lambda x, y: math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y))(a, b)
+    u = Q_LOGITS.reshape(-1, 1)
+    log_sig, log_sig_neg = -np.logaddexp(0.0, -u), -np.logaddexp(0.0, u)
+    mass = np.exp(a * log_sig + b * log_sig_neg - log_norm) * (Q_LOGITS[1] - Q_LOGITS[0])
+    outside = np.clip(1.0 - mass.sum(axis=0), 0.0, None)
+    low_end = a / (a + b) < 0.5
+    mass[0] += np.where(low_end, outside, 0.0)
+    mass[-1] += np.where(low_end, 0.0, outside)
+    return mass / mass.sum(axis=0, keepdims=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The step size, fitted jointly with the population
+
+
+@dataclass(frozen=True)
+class StepSizeFit:
+    """The joint posterior over (β, population) on the grid points that carry mass.
+
+    betas[i], posterior[i]: β and the probability of grid point i; mean_paths[i, n]: the predicted
+    mean success p_n there; observed_steps: the steps whose groups were used.
+    """
+
+    betas: np.ndarray
+    posterior: np.ndarray
+    mean_paths: np.ndarray
+    observed_steps: tuple
+
+    @property
+    def p_ref_mean(self) -> float:
+        """Posterior mean of the population's starting success (p_0)."""
+        return float(self.posterior @ self.mean_paths[:, 0])
+
+    def band(self, level: float = BAND_LEVEL) -> dict:
+        """{"median", "low", "high"}: per step index n (p_n), the posterior median and central band."""
+        tail = (1.0 - level) / 2.0
+        quantiles = np.array([0.5, tail, 1.0 - tail])
+        per_step = [_weighted_quantile(self.mean_paths[:, n], self.posterior, quantiles)
+                    for n in range(self.mean_paths.shape[1])]
+        return {name: [float(q[i]) for q in per_step] for i, name in enumerate(("median", "low", "high"))}
+
+    def beta_quantiles(self, level: float = BAND_LEVEL) -> dict:
+        """The fitted β: posterior median and the central band, {"median", "low", "high"}."""
+        tail = (1.0 - level) / 2.0
+        values = _weighted_quantile(self.betas, self.posterior, np.array([0.5, tail, 1.0 - tail]))
+        return {name: float(v) for name, v in zip(("median", "low", "high"), values)}
+
+
+def fit_step_size(held_out, groups, steps: int, kl="none", norm="meanstd", alpha=0.5, eps=1e-5,
+                  betas=BETA_GRID) -> StepSizeFit:
+    """Joint posterior of β and the p_ref population from held-out counts and a run's prompt groups.
+
+    held_out: [(successes, samples)] per held-out prompt, sampled from the starting model;
+    groups: [(step, successes, samples)] per prompt group of the run, step >= 1 (step n is sampled
+    by π_{n−1}, predicted p_{n−1}). Paths are computed to p_steps. No groups: β keeps its prior.
+    """
+    a, b, log_prior = _hyper_grid()
+    log_post = log_prior + _held_out_log_likelihood([k for k, _ in held_out], [n for _, n in held_out], a, b)
+    keep = log_post > log_post.max() - 20.0  # the held-out counts alone rule out the rest
+    a, b, log_post = a[keep], b[keep], log_post[keep]
+    node_weights = _node_weights(a, b)  # [node, population]
+    betas = np.asarray(betas, dtype=float)
+    paths = dynamics.trajectories(_sigmoid(Q_LOGITS), betas, kl=kl, norm=norm, alpha=alpha, eps=eps, steps=steps)
+    joint = np.broadcast_to(log_post, (len(betas), len(a))).copy()  # [β, population]
+    tallies: dict[tuple, int] = {}
+    for step, k, n in groups:
+        key = (min(max(int(step) - 1, 0), steps), int(k), int(n))
+        tallies[key] = tallies.get(key, 0) + 1
+    for (index, k, n), count in tallies.items():
+        p = paths[:, :, index]
+        likelihood = (p ** k * (1.0 - p) ** (n - k)) @ node_weights  # [β, population]
+        joint += count * np.log(np.maximum(likelihood, 1e-300))
+    posterior = _normalised(joint)  # [β, population]
+    keep = posterior >= _mass_threshold(posterior.ravel(), 1.0 - NEGLIGIBLE)
+    betas_kept, weights_kept, paths_kept = [], [], []
+    for i in np.flatnonzero(keep.any(axis=1)):  # one β at a time: Σ_j w_j(population)·p_n(q_j; β)
+        columns = np.flatnonzero(keep[i])
+        paths_kept.append(node_weights[:, columns].T @ paths[i])
+        weights_kept.append(posterior[i, columns])
+        betas_kept.append(np.full(len(columns), betas[i]))
+    weights_kept = np.concatenate(weights_kept)
+    return StepSizeFit(betas=np.concatenate(betas_kept), posterior=weights_kept / weights_kept.sum(),
+                       mean_paths=np.concatenate(paths_kept), observed_steps=tuple(sorted({int(g[0]) for g in groups})))
+
+
+def _mass_threshold(probabilities, mass):
+    """The smallest probability among the most likely points that together hold `mass`."""
+    ordered = np.sort(probabilities)[::-1]
+    return ordered[min(int(np.searchsorted(np.cumsum(ordered), mass)), len(ordered) - 1)]
+
+
+def _weighted_quantile(values, weights, q):
+    """The q-quantile(s) of a discrete distribution (values with probabilities), linearly interpolated."""
+    order = np.argsort(values, kind="stable")
+    v, w = np.asarray(values)[order], np.asarray(weights)[order]
+    cdf = np.cumsum(w) - 0.5 * w
+    return np.interp(q, cdf, v)
