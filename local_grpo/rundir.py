@@ -5,6 +5,7 @@
     RUN_DIR/completions.jsonl            one CompletionRecord per sampled completion
     RUN_DIR/events.jsonl                 one EventRecord per info line, warning, alert or reward fault
     RUN_DIR/p_ref.json                   per-prompt success of the starting model (when measured)
+    RUN_DIR/forecast.json                kl none: the success forecast fitted to the first steps, with its band
     RUN_DIR/reward_code.json             one RewardFileRecord per version of a user reward file trained with
     RUN_DIR/reward_code/                 the copies of those versions, <sha256[:16]>-<file name>.py
     RUN_DIR/control.json                 live changes from the app (reward weights), read each step
@@ -39,6 +40,7 @@ METRICS = "metrics.jsonl"
 COMPLETIONS = "completions.jsonl"
 EVENTS = "events.jsonl"
 P_REF = "p_ref.json"
+FORECAST = "forecast.json"
 CONTROL = "control.json"
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
@@ -48,7 +50,7 @@ EVAL_COMPARE_PROMPTS = "eval_compare_prompts.jsonl"
 EVAL_PROMPTS = "eval_prompts.jsonl"
 REWARD_CODE = "reward_code"
 REWARD_CODE_MANIFEST = "reward_code.json"
-FILES = (CONFIG, METRICS, COMPLETIONS, EVENTS, P_REF, CONTROL, SUMMARY, EVAL_COMPARE, EVAL_COMPARE_PROMPTS,
+FILES = (CONFIG, METRICS, COMPLETIONS, EVENTS, P_REF, FORECAST, CONTROL, SUMMARY, EVAL_COMPARE, EVAL_COMPARE_PROMPTS,
          EVAL_PROMPTS, REWARD_CODE_MANIFEST, REWARD_CODE, CHECKPOINTS, ADAPTER)
 
 # events.jsonl types: reward faults (a reward could not score) are counted apart from learning-signal alerts

@@ -2,9 +2,11 @@
 
 At the start of a run, `measure_p_ref` samples k completions for each of a few held-out prompts with
 the loaded model (generation.generate: batched, left padding) and judges them with the run's success reward (score >=
-0.999 is a success); `ensure_p_ref` writes the result to RUN_DIR/p_ref.json, or reads it back on
---resume. `PredictedSuccess` turns it into `success_predicted` for metrics.jsonl with
-local_grpo.dynamics (per prompt, then averaged).
+0.999 is a success); `ensure_p_ref` pools the counts across prompts (forecast.pool_p_ref: 0 of k on
+a prompt is a small positive p_ref, not a certain 0) and writes RUN_DIR/p_ref.json, or reads it back
+on --resume. `attach_prediction` adds the metric hook that writes `success_predicted`:
+`PredictedSuccess` (the paper's recurrence at the run's β, per prompt, then averaged) for a KL run,
+`SuccessForecast` (β fitted to the run's first FIT_STEPS steps, with a band) for `kl: none`.
 
 Step mapping: one trainer step is one iteration of the recurrence (sample from π_{n−1}, update to
 π_n). The `success` logged at step n is measured on completions sampled by π_{n−1}, so it is
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 import time
 
-from .. import dynamics, rundir
+from .. import dynamics, forecast, rundir
 from ..config import Config
 
 GENERATION_BATCH = 32  # completions generated at once
 NONE_STEP_BETA = 1.0  # kl none with beta 0: the predictor's nominal step size (see predictor_params)
+FIT_STEPS = 10  # kl none: the step size is fitted to the measured success of steps 1..FIT_STEPS
+FORECAST_NORM = "mean"  # the forecast's shape: a constant log-odds gain 1/β per step (see forecast_params)
 
 
 def predictor_params(config: Config) -> dict:
@@ -56,7 +60,8 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
     """Per-prompt success of `model` on `rows` from `samples` sampled completions each.
 
     At most `max_sequences` completions are generated at once (one prompt's samples always together).
-    Returns {"k", "per_prompt": [{"prompt", "p_ref"}], "mean", "seconds"} (p_ref.json's format).
+    Returns {"k", "per_prompt": [{"prompt", "p_ref", "successes", "samples"}], "mean", "seconds"};
+    p_ref here is the raw fraction (ensure_p_ref pools it).
     """
     import torch
 
@@ -91,7 +96,8 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
     per_prompt = []
     for i, row in enumerate(rows):
         hits = [float(rewards.is_success(s)) for s, j in zip(scores, jobs) if j == i]
-        per_prompt.append({"prompt": row.get("question") or str(row["prompt"]), "p_ref": sum(hits) / len(hits)})
+        per_prompt.append({"prompt": row.get("question") or str(row["prompt"]), "p_ref": sum(hits) / len(hits),
+                           "successes": int(sum(hits)), "samples": len(hits)})
     mean = sum(p["p_ref"] for p in per_prompt) / len(per_prompt)
     return {"k": samples, "per_prompt": per_prompt, "mean": mean, "seconds": round(time.time() - started, 1)}
 
@@ -110,16 +116,57 @@ def ensure_p_ref(run, config: Config, loaded, held_out: list[dict], success_fn) 
     rows = held_out[: g.p_ref_prompts]
     if g.p_ref_samples <= 0 or not rows:
         return None
-    result = measure_p_ref(loaded.model, loaded.tokenizer, rows, success_fn, g.p_ref_samples,
-                           g.max_completion_length, g.temperature, g.top_p, g.seed,
-                           max_sequences=generation_limit(config, loaded.device))
+    result = pool_measurement(measure_p_ref(loaded.model, loaded.tokenizer, rows, success_fn, g.p_ref_samples,
+                                            g.max_completion_length, g.temperature, g.top_p, g.seed,
+                                            max_sequences=generation_limit(config, loaded.device)))
     params = predictor_params(config)
     prediction = dynamics.predict_dataset([p["p_ref"] for p in result["per_prompt"]], steps=g.max_steps, **params)
     result["predicted"] = {"params": params, "p_star": prediction["p_star"], "trajectory": prediction["trajectory"]}
     run.write_json(rundir.P_REF, result)
-    run.event("info", f"p_ref measured: mean {result['mean']:.3f} over {len(rows)} held-out prompts x "
+    run.event("info", f"p_ref measured: {result['successes']} of {result['samples']} samples right, pooled "
+              f"mean {result['mean']:.3f} over {len(rows)} held-out prompts x "
               f"{g.p_ref_samples} samples ({result['seconds']} s); predicted p* {prediction['p_star']:.3f}", step=0)
     return result
+
+
+def pool_measurement(result: dict) -> dict:
+    """p_ref.json with pooled estimates: each prompt's p_ref becomes its posterior mean under a beta
+    prior fitted across the prompts (forecast.pool_p_ref); the raw fraction stays as p_ref_raw.
+
+    Adds "successes", "samples" (totals), "mean_raw", "population_mean" (a prompt not measured) and
+    "estimator"; "mean" is the mean of the pooled per-prompt values.
+    """
+    counts = held_out_counts(result)
+    pool = forecast.pool_p_ref([k for k, _ in counts], [n for _, n in counts])
+    per_prompt = [{**row, "p_ref_raw": row["p_ref"], "p_ref": round(value, 6)}
+                  for row, value in zip(result["per_prompt"], pool.per_prompt)]
+    pooled = [row["p_ref"] for row in per_prompt]
+    return {**result, "per_prompt": per_prompt, "mean": round(sum(pooled) / len(pooled), 6),
+            "mean_raw": sum(row["p_ref_raw"] for row in per_prompt) / len(per_prompt),
+            "population_mean": pool.mean, "successes": sum(k for k, _ in counts), "samples": sum(n for _, n in counts),
+            "estimator": "hierarchical beta-binomial: per-prompt posterior mean under a beta prior fitted across prompts"}
+
+
+def held_out_counts(p_ref: dict) -> list[tuple[int, int]]:
+    """(successes, samples) per measured prompt; files written before counts were kept give them from p_ref × k."""
+    counts = []
+    for row in p_ref.get("per_prompt") or []:
+        n = int(row.get("samples") or p_ref.get("k") or 0)
+        k = row.get("successes")
+        k = int(round(float(row.get("p_ref_raw", row["p_ref"])) * n)) if k is None else int(k)
+        if n > 0:
+            counts.append((min(max(k, 0), n), n))
+    return counts
+
+
+def attach_prediction(run, config: Config, p_ref: dict, recorder, callback) -> None:
+    """Add the success_predicted hook to the run's callback: a fitted forecast for kl none, else the paper's."""
+    if config.kl_mode == "none":
+        hook = SuccessForecast(p_ref, config, run)
+        recorder.on_scored.append(hook.observe)
+    else:
+        hook = PredictedSuccess(p_ref, config)
+    callback.metric_hooks.append(hook)
 
 
 class PredictedSuccess:
@@ -138,3 +185,123 @@ class PredictedSuccess:
 
     def __call__(self, step: int) -> dict:
         return {"success_predicted": round(self.at_step(step), 6)}
+
+
+def forecast_params(config: Config) -> dict:
+    """The recurrence's {kl, norm, eps, alpha} for the fitted forecast (β, the step size, is what gets fitted).
+
+    Always the mean-only shape (Ω = 1: every prompt's log-odds rise by 1/β a step), whatever
+    grpo.scale_rewards is. The std normalisation only rescales the advantages, and AdamW's step
+    length is set by the learning rate, not by that scale; and at p ≪ 1/G a group of G is all wrong
+    and gives no signal, where the paper's Ω(p) = (p(1−p)+ε)^(−1/2) would move fastest. Fitted to a
+    whole quickstart run, the mean+std shape missed its last ten steps (docs/dynamics.md).
+    """
+    mapped = dynamics.mapping_from_trl(1.0, "none", config.grpo.num_generations)
+    return {"kl": "none", "norm": FORECAST_NORM, "eps": mapped["eps"], "alpha": config.grpo.kl_alpha}
+
+
+class SuccessForecast:
+    """A metric hook for kl none: success_predicted and its band, from a β fitted to the run's first steps.
+
+    The value logged at step n is the forecast made before step n was scored, from steps
+    1..min(n − 1, FIT_STEPS). After each step up to FIT_STEPS the fit is redone with that step's
+    prompt groups and RUN_DIR/forecast.json (the curve to max_steps) is rewritten; then it stays.
+    The p_ref population is fitted with β (forecast.fit_step_size). On --resume the groups come back from completions.jsonl.
+    """
+
+    def __init__(self, p_ref: dict, config: Config, run, fit_steps: int = FIT_STEPS, params: dict | None = None):
+        self.run = run
+        self.steps = max(1, config.grpo.max_steps)
+        self.fit_steps = fit_steps
+        self.params = params or forecast_params(config)
+        self.held_out = held_out_counts(p_ref)
+        self.groups: dict[tuple, list] = {}  # (step, prompt) -> [successes, samples]
+        resumed = [r for r in rundir.iter_jsonl(run.file(rundir.COMPLETIONS)) if r.get("step", 0) <= fit_steps]
+        if resumed:
+            self.observe_records(resumed)
+        self.fit_through = -1
+        self._refit(min(fit_steps, max((step for step, _ in self.groups), default=0)))
+
+    def observe(self, step: int, records: list[dict]) -> None:
+        """RewardRecorder.on_scored hook: count each prompt group's successes at `step`."""
+        if step <= self.fit_steps:
+            self.observe_records([{**r, "step": step} for r in records])
+
+    def observe_records(self, records) -> None:
+        for record in records:
+            counts = self.groups.setdefault((int(record["step"]), str(record.get("prompt"))), [0, 0])
+            counts[0] += 1 if record.get("success") else 0
+            counts[1] += 1
+
+    def at_step(self, step: int) -> dict:
+        """{"success_predicted", "_low", "_high"} for trainer step `step` (>= 1) from the current fit."""
+        i = min(max(step - 1, 0), self.steps)
+        return {"success_predicted": round(self.band["median"][i], 6),
+                "success_predicted_low": round(self.band["low"][i], 6),
+                "success_predicted_high": round(self.band["high"][i], 6)}
+
+    def __call__(self, step: int) -> dict:
+        values = self.at_step(step)
+        if min(step, self.fit_steps) > self.fit_through:
+            self._refit(min(step, self.fit_steps))
+        return values
+
+    def _refit(self, through: int) -> None:
+        observed = [(s, k, n) for (s, _), (k, n) in self.groups.items() if 1 <= s <= through]
+        fit = forecast.fit_step_size(self.held_out, observed, steps=self.steps, **self.params)
+        self.band, self.fit_through = fit.band(), through
+        self.run.write_json(rundir.FORECAST, forecast_record(fit, self.band, through, self.params,
+                                                             len(self.held_out), len(observed)))
+
+
+def forecast_record(fit, band: dict, through: int, params: dict, held_out_prompts: int, groups: int) -> dict:
+    """RUN_DIR/forecast.json: the forecast per trainer step (entry j is step j + 1, i.e. p_j) and its fit."""
+    steps = fit.mean_paths.shape[1] - 1
+    return {
+        "fit_steps": through, "level": forecast.BAND_LEVEL, "params": params,
+        "beta": {k: round(v, 4) for k, v in fit.beta_quantiles().items()},
+        "p_ref": {"population_mean": round(fit.p_ref_mean, 6), "held_out_prompts": held_out_prompts,
+                  "fit_groups": groups},
+        "steps": list(range(1, steps + 1)),
+        **{key: [round(v, 6) for v in band[name][:steps]] for key, name in
+           (("success_predicted", "median"), ("success_predicted_low", "low"), ("success_predicted_high", "high"))},
+    }
+
+
+def read_forecast(run) -> dict | None:
+    """RUN_DIR/forecast.json, or None when the run has none (a KL run, or p_ref off)."""
+    data = run.read_json(rundir.FORECAST)
+    return data if isinstance(data, dict) and data.get("steps") else None
+
+
+def forecast_summary(run, metrics: list[dict], window: int) -> dict | None:
+    """The forecast at the last trained step, and over the summary's last `window` steps next to the measured success."""
+    data = read_forecast(run)
+    steps = [m["step"] for m in metrics if isinstance(m.get("step"), int)]
+    if data is None or not steps:
+        return None
+    by_step = {s: i for i, s in enumerate(data["steps"])}
+    last = [s for s in steps[-window:] if s in by_step]
+    if not last:
+        return None
+
+    def mean(key):
+        return round(sum(data[key][by_step[s]] for s in last) / len(last), 4)
+
+    end = by_step[last[-1]]
+    return {"fit_steps": data["fit_steps"], "level": data["level"], "beta": data["beta"].get("median"),
+            "step": last[-1], "predicted": data["success_predicted"][end],
+            "low": data["success_predicted_low"][end], "high": data["success_predicted_high"][end],
+            "window_predicted": mean("success_predicted"), "window_low": mean("success_predicted_low"),
+            "window_high": mean("success_predicted_high")}
+
+
+def forecast_lines(summary: dict | None) -> list[str]:
+    """The train summary's lines for the forecast (none when there is no forecast)."""
+    if not summary:
+        return []
+    band = f"{round(summary['level'] * 100)}% band"
+    return [f"  success forecast (kl none, step size fitted on steps 1-{summary['fit_steps']}, beta_eff "
+            f"{summary['beta']:.3g}): step {summary['step']}: {summary['predicted']:.3f} "
+            f"[{summary['low']:.3f}, {summary['high']:.3f}] ({band}); last steps "
+            f"{summary['window_predicted']:.3f} [{summary['window_low']:.3f}, {summary['window_high']:.3f}]"]

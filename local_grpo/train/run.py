@@ -71,8 +71,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     backends.keep_trainable_fp32(loaded)  # TRL casts LoRA weights of a 4-bit model to bf16; keep them fp32
     callback = RunDirCallback(run, recorder, config, progress=progress)
     callback.attach(grpo_trainer)
-    if measured:
-        callback.metric_hooks.append(p_ref.PredictedSuccess(measured, config))
+    if measured:  # success_predicted: the paper's recurrence, or for kl none a forecast fitted to the first steps
+        p_ref.attach_prediction(run, config, measured, recorder, callback)
     if config.grpo.eval_steps:
         attach_held_out_eval(run, config, callback, grpo_trainer.model, loaded.tokenizer, held_out)
     if config.grpo.audit:
@@ -269,6 +269,7 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
         "reward_faults": len(faults),  # reward code/verifier problems; learning-signal findings are in signal
         "signal_alerts": len(signal["alerts"]),
         "signal": signal,
+        "forecast": p_ref.forecast_summary(run, metrics, window),
     }
 
 
@@ -292,6 +293,7 @@ def format_summary(summary: dict) -> str:
         lines.append(f"  reward faults: {summary['reward_faults']} (a reward raised, timed out or returned bad "
                      "values, or the audit disagreed; see events.jsonl)")
     lines += diagnostics.summary_lines(summary.get("signal"))
+    lines += p_ref.forecast_lines(summary.get("forecast"))
     lines.append(f"  run directory: {summary['run_dir']}")
     lines.append(f"  LoRA adapter:  {summary['adapter']}")
     return "\n".join(lines)
