@@ -21,7 +21,8 @@ RUNNING_WINDOW_S = 120  # a run whose metrics changed this recently, without sum
 # Curve panels: title -> metric keys drawn in it ("rewards/*" expands to each reward's mean).
 PANELS = {
     "reward": ("reward", "rewards/*"),
-    "success": ("success", "success_predicted", "eval/pass@1", "audit/disagreement"),
+    "success": ("success", "success_predicted", "success_predicted_low", "success_predicted_high", "eval/pass@1",
+                "audit/disagreement"),
     "length": ("completions/mean_length",),
     "kl": ("kl",),
     "zero_std": ("frac_reward_zero_std",),
@@ -30,6 +31,8 @@ SERIES_NAMES = {
     "reward": "total reward",
     "success": "success",
     "success_predicted": "success (predicted)",
+    "success_predicted_low": "forecast band (low)",
+    "success_predicted_high": "forecast band (high)",
     "eval/pass@1": "held-out pass@1 (eval)",
     "audit/disagreement": "audit disagreement (reward says right, verifier says wrong)",
     "completions/mean_length": "mean length (tokens)",
@@ -125,7 +128,7 @@ def reward_names(metrics: list[dict]) -> list[str]:
 
 
 # Series drawn as logged, never smoothed: a forecast is smooth already, eval points are few and far apart.
-UNSMOOTHED = ("success_predicted", "eval/pass@1")
+UNSMOOTHED = ("success_predicted", "success_predicted_low", "success_predicted_high", "eval/pass@1")
 RAW_SUFFIX = " (raw)"
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
@@ -139,15 +142,16 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return [float(v) for v in pd.Series(values, dtype="float64").rolling(window, min_periods=1).mean()]
 
 
-def curve_frames(metrics: list[dict], smoothing: int = 1) -> dict[str, pd.DataFrame]:
+def curve_frames(metrics: list[dict], smoothing: int = 1, forecast: dict | None = None) -> dict[str, pd.DataFrame]:
     """Long-format frames (step, value, series) for each panel in PANELS; empty frames when absent.
 
     With smoothing > 1 each noisy series is its moving average over that many logged steps, and the
     logged values stay beside it as the series "<name> (raw)" (drawn faint: `curve_colors`).
+    `forecast` (RUN_DIR/forecast.json, see read_forecast) extends the forecast series past the last logged step.
     """
     frames = {}
     for panel, keys in PANELS.items():
-        rows = []
+        rows = _forecast_rows(metrics, forecast, keys)
         for key in keys:
             expanded = [f"rewards/{n}/mean" for n in reward_names(metrics)] if key == "rewards/*" else [key]
             for metric in expanded:
@@ -160,6 +164,25 @@ def curve_frames(metrics: list[dict], smoothing: int = 1) -> dict[str, pd.DataFr
                 rows += [{"step": step, "value": value, "series": label} for step, value in points]
         frames[panel] = pd.DataFrame(rows, columns=["step", "value", "series"]).astype({"step": "int64", "value": "float64"})
     return frames
+
+
+def read_forecast(run_path: str) -> dict | None:
+    """RUN_DIR/forecast.json (kl none: the success forecast per step), or None."""
+    data = rundir.RunDir(run_path).read_json(rundir.FORECAST)
+    return data if isinstance(data, dict) and isinstance(data.get("steps"), list) else None
+
+
+def _forecast_rows(metrics: list[dict], forecast: dict | None, keys) -> list[dict]:
+    """The forecast's values for the steps not logged yet, for the panel showing `keys`."""
+    if not forecast:
+        return []
+    last = max((r["step"] for r in metrics if _is_number(r.get("step"))), default=0)
+    rows = []
+    for key in (k for k in keys if k.startswith("success_predicted")):
+        for step, value in zip(forecast["steps"], forecast.get(key) or []):
+            if _is_number(step) and step > last and _is_number(value):
+                rows.append({"step": step, "value": float(value), "series": SERIES_NAMES[key]})
+    return rows
 
 
 def curve_colors(frame: pd.DataFrame) -> dict[str, str]:

@@ -15,9 +15,9 @@ from apps.tabs.common import Studio, user_errors
 from apps.tabs.train import parse_weights
 
 POLL_SECONDS = 2.0
-CURVE_TITLES = {"reward": "Total reward and each reward's mean", "success": "Success rate (and predicted)",
+CURVE_TITLES = {"reward": "Total reward and each reward's mean", "success": "Success rate (and predicted, with the forecast band)",
                 "length": "Completion length", "kl": "KL", "zero_std": "Fraction of zero-std groups"}
-WATCHED_FILES = (rundir.METRICS, rundir.COMPLETIONS, rundir.EVENTS, rundir.SUMMARY, rundir.EVAL_COMPARE)
+WATCHED_FILES = (rundir.METRICS, rundir.COMPLETIONS, rundir.EVENTS, rundir.SUMMARY, rundir.EVAL_COMPARE, rundir.FORECAST)
 
 
 def run_signature(path: str, view: str, *choices) -> str:
@@ -38,7 +38,7 @@ DEFAULT_SMOOTHING = 5
 def curve_views(path: str, metrics: list[dict], smoothing) -> tuple:
     """One plot update per curve panel (smoothed, raw lines faint) and the KL note; the KL plot is hidden
     when the note says why it has nothing to draw."""
-    frames = runs.curve_frames(metrics, smoothing=int(smoothing or 1))
+    frames = runs.curve_frames(metrics, smoothing=int(smoothing or 1), forecast=runs.read_forecast(path))
     plots = []
     for panel in runs.PANELS:
         frame = frames[panel]
