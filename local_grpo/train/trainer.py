@@ -154,14 +154,18 @@ def install_cpu_logprob() -> bool:
 
 # --- TRL's GRPOConfig ------------------------------------------------------------------------
 
+# grpo.<name> fields passed to GRPOConfig under the same name
+SAME_NAME_FIELDS = (
+    "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "max_completion_length",
+    "temperature", "top_p", "learning_rate", "lr_scheduler_type", "warmup_steps", "max_grad_norm", "loss_type",
+    "scale_rewards", "num_iterations", "epsilon", "max_steps", "logging_steps", "save_steps", "save_total_limit",
+    "optim", "seed", "use_vllm",
+)
 # GRPOConfig fields that come from our own config (set them by their grpo.* names, not in grpo.trl).
 MODELED_FIELDS = {
-    "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "max_completion_length",
-    "temperature", "top_p", "learning_rate", "lr_scheduler_type", "warmup_steps", "max_grad_norm", "beta",
-    "loss_type", "scale_rewards", "num_iterations", "epsilon", "max_steps", "logging_steps", "save_steps",
-    "save_total_limit", "gradient_checkpointing", "optim", "seed", "data_seed", "reward_weights", "use_vllm",
-    "vllm_mode", "vllm_server_host", "vllm_server_port", "vllm_gpu_memory_utilization", "output_dir", "use_cpu",
-    "bf16", "fp16", "disable_tqdm",
+    *SAME_NAME_FIELDS, "beta", "gradient_checkpointing", "data_seed", "reward_weights", "vllm_mode",
+    "vllm_server_host", "vllm_server_port", "vllm_gpu_memory_utilization", "output_dir", "use_cpu", "bf16", "fp16",
+    "disable_tqdm",
 }
 
 
@@ -214,37 +218,17 @@ def modeled_kwargs(config: Config, output_dir: str, on_cuda: bool, backend: str)
 
     g = config.grpo
     dtype = str(compute_dtype(config, on_cuda)).rsplit(".", 1)[-1]
-    kwargs = dict(
+    kwargs = {name: getattr(g, name) for name in SAME_NAME_FIELDS}
+    kwargs.update(
         output_dir=output_dir,
         use_cpu=not on_cuda,
         bf16=on_cuda and dtype == "bfloat16",
         fp16=on_cuda and dtype == "float16",
-        per_device_train_batch_size=g.per_device_train_batch_size,
-        gradient_accumulation_steps=g.gradient_accumulation_steps,
-        num_generations=g.num_generations,
-        max_completion_length=g.max_completion_length,
-        temperature=g.temperature,
-        top_p=g.top_p,
-        learning_rate=g.learning_rate,
-        lr_scheduler_type=g.lr_scheduler_type,
-        warmup_steps=g.warmup_steps,
-        max_grad_norm=g.max_grad_norm,
         beta=g.beta if config.kl_mode in ("ref", "both") else 0.0,
-        loss_type=g.loss_type,
-        scale_rewards=g.scale_rewards,
-        num_iterations=g.num_iterations,
-        epsilon=g.epsilon,
-        max_steps=g.max_steps,
-        logging_steps=g.logging_steps,
-        save_steps=g.save_steps,
-        save_total_limit=g.save_total_limit,
         # Unsloth applies its own checkpointing in get_peft_model.
         gradient_checkpointing=g.gradient_checkpointing and backend == "hf",
-        optim=g.optim,
-        seed=g.seed,
         data_seed=g.seed,
         reward_weights=[s.weight for s in config.rewards],
-        use_vllm=g.use_vllm,
         disable_tqdm=True,  # our own progress bar (RunDirCallback)
     )
     if g.use_vllm:
