@@ -15,6 +15,7 @@ from .. import rundir
 from ..config import Config
 from . import diagnostics
 from .recorder import RewardRecorder
+from .step_timer import StepTimer
 
 
 class RunDirCallback:
@@ -39,6 +40,18 @@ class RunDirCallback:
         self.alerts = diagnostics.AlertLog(run, diagnostics.format_reward_names(recorder.names))
         self._control_mtime = None
         self._started = time.time()
+        self._logged_step = 0  # global_step of the last metrics line (or where training began)
+
+    @property
+    def timer(self) -> StepTimer | None:
+        return getattr(self.trainer, "step_timer", None)
+
+    def _timed(self, method, *args, **kwargs):
+        timer = self.timer
+        if timer is None:
+            return method(*args, **kwargs)
+        with timer.span("callbacks"):
+            return method(*args, **kwargs)
 
     def attach(self, trainer) -> None:
         """Add this callback to the trainer, replacing transformers' own log printers."""
@@ -50,6 +63,7 @@ class RunDirCallback:
         trainer.add_callback(self)
 
     def on_train_begin(self, args, state, control, **kwargs):
+        self._logged_step = state.global_step
         if self.progress:
             from tqdm.auto import tqdm
 
@@ -57,13 +71,25 @@ class RunDirCallback:
                             dynamic_ncols=True, file=sys.stderr)
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self.apply_control()
+        self._timed(self.apply_control)
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if self.timer is not None:
+            self.timer.start("optimizer")
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.timer is not None:
+            self.timer.stop("optimizer")
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is not None:
             self.bar.update(state.global_step - self.bar.n)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        self._timed(self.log, state, logs)
+
+    def log(self, state, logs) -> None:
+        """One metrics.jsonl line for a logged step: TRL's logs, the step-time breakdown, the hooks' metrics."""
         logs = dict(logs or {})
         # Skip the trainer's end-of-training summary; steps that reuse a batch (num_iterations > 1) have loss but no reward.
         if "train_runtime" in logs or not {"reward", "loss"} & logs.keys():
@@ -71,6 +97,10 @@ class RunDirCallback:
         values = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
         for hook in self.metric_hooks:
             values.update(hook(state.global_step))
+        if self.timer is not None:
+            values.update(self.timer.take(state.global_step - self._logged_step,
+                                          exclude_other=values.get("eval/seconds", 0.0)))
+        self._logged_step = state.global_step
         record = rundir.MetricsRecord(
             step=state.global_step, time=round(time.time() - self._started, 2), success=self.recorder.take_success(),
             success_predicted=values.pop("success_predicted", None), values=values,

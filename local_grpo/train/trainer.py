@@ -10,6 +10,9 @@ overrides:
     _get_per_token_logps_and_entropies  grpo.kl mirror|both: keeps the grad-enabled policy log-probs ...
     _compute_loss                       ... and adds β·KL(π‖π_old) to TRL's loss (train/kl.py has the maths)
     set_reward_weights                  live weights from control.json (TRL's `reward_weights` tensor)
+    training_step, _prepare_inputs,     the step-time breakdown (step_timer.py): each phase timed where
+    _generate_single_turn,              TRL runs it; time/<phase>_s in metrics.jsonl
+    _calculate_rewards
 
 On CPU it also installs a torch path for TRL 1.15's Triton-only fused log-prob kernel
 (`install_cpu_logprob`), the one module-level patch we make; remove it once trl >= 1.16 is allowed.
@@ -22,6 +25,7 @@ from __future__ import annotations
 from ..config import Config
 from ..errors import UserError
 from . import kl as kl_maths
+from .step_timer import StepTimer
 
 TRL_VERSION_CHECKED = "1.15.0"
 # name -> the parameters we rely on, in order, of the TRL 1.15 GRPOTrainer methods we override
@@ -30,6 +34,10 @@ HOOKED_METHODS = {
     "_get_per_token_logps_and_entropies": ("self", "model", "input_ids", "attention_mask", "logits_to_keep",
                                            "batch_size", "compute_entropy", "compute_aux_loss"),  # leading params
     "_compute_loss": ("self", "model", "inputs"),
+    "training_step": ("self", "model", "inputs", "num_items_in_batch"),
+    "_prepare_inputs": ("self", "generation_batch"),
+    "_generate_single_turn": ("self", "prompt_ids", "images", "multimodal_fields", "num_generations"),
+    "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
 }
 TOKENS_PER_CHUNK = 1024  # CPU log-prob path: bounds the [tokens, vocab] logits held at once
 
@@ -60,6 +68,25 @@ class LocalGRPOHooks:
         if kl == "both":  # grpo_args passed the full β so TRL loads the reference; its term carries α·β
             self.beta = g.beta * g.kl_alpha
         self._policy_logps = None
+        self.step_timer = StepTimer()
+
+    # --- the step-time breakdown: each span timed around TRL's own method ---
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        with self.step_timer.span("training_step"):
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    def _prepare_inputs(self, generation_batch):
+        with self.step_timer.span("prepare"):
+            return super()._prepare_inputs(generation_batch)
+
+    def _generate_single_turn(self, *args, **kwargs):
+        with self.step_timer.span("generation"):
+            return super()._generate_single_turn(*args, **kwargs)
+
+    def _calculate_rewards(self, *args, **kwargs):
+        with self.step_timer.span("rewards"):
+            return super()._calculate_rewards(*args, **kwargs)
 
     def _get_train_sampler(self, dataset=None):
         from .filtering import SkipRetiredSampler
@@ -72,6 +99,9 @@ class LocalGRPOHooks:
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         import torch
 
+        if not torch.is_grad_enabled() and self.step_timer.depth["prepare"]:  # old/ref log-probs of a new batch
+            with self.step_timer.span("logprobs"):
+                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
         out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self.mirror_beta and torch.is_grad_enabled():  # the policy forward inside _compute_loss
             self._policy_logps = out[0]
