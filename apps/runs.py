@@ -26,6 +26,7 @@ PANELS = {
     "length": ("completions/mean_length",),
     "kl": ("kl",),
     "zero_std": ("frac_reward_zero_std",),
+    "step_time": rundir.STEP_TIME_KEYS,  # drawn stacked: where each step's seconds went
 }
 SERIES_NAMES = {
     "reward": "total reward",
@@ -38,6 +39,10 @@ SERIES_NAMES = {
     "completions/mean_length": "mean length (tokens)",
     "kl": "KL",
     "frac_reward_zero_std": "fraction of zero-std groups",
+    "time/generation_s": "generation",
+    "time/rewards_s": "rewards",
+    "time/train_s": "train (forward, backward, optimizer)",
+    "time/other_s": "other",
 }
 
 
@@ -128,7 +133,8 @@ def reward_names(metrics: list[dict]) -> list[str]:
 
 
 # Series drawn as logged, never smoothed: a forecast is smooth already, eval points are few and far apart.
-UNSMOOTHED = ("success_predicted", "success_predicted_low", "success_predicted_high", "eval/pass@1")
+UNSMOOTHED = ("success_predicted", "success_predicted_low", "success_predicted_high", "eval/pass@1",
+              *rundir.STEP_TIME_KEYS)
 RAW_SUFFIX = " (raw)"
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
@@ -356,6 +362,9 @@ def run_overview(run_path: str, metrics: list[dict], events: list[dict]) -> str:
         f"**{os.path.basename(run_path)}** — {status}, step {last.get('step', 0)} of {max_steps}",
         f"model `{model}` · task `{task}` · rewards {rewards_text}",
     ]
+    eta = rundir.eta_seconds(metrics, max_steps) if status == "running" and isinstance(max_steps, int) else None
+    if eta is not None:
+        lines[0] += f" · ETA {format_duration(eta)} (at the last steps' pace)"
     if last:
         parts = [f"reward {last.get('reward', float('nan')):.3f}"] if _is_number(last.get("reward")) else []
         if _is_number(last.get("success")):
@@ -370,6 +379,16 @@ def run_overview(run_path: str, metrics: list[dict], events: list[dict]) -> str:
     if signals:
         lines.append(f"⚠ {len(signals)} learning-signal alert(s): {', '.join(signals)} — see Alerts")
     return "  \n".join(lines)
+
+
+def format_duration(seconds: float) -> str:
+    """`1 h 02 min`, `12 min 05 s` or `40 s`."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds} s"
 
 
 def read_config(run_path: str) -> dict:

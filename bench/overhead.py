@@ -1,10 +1,18 @@
 """Overhead of `local-grpo train` over a bare TRL GRPOTrainer script, same tiny model and settings.
 
-Runs alternate (bare, ours, bare, ours, ...) in one session so both see the same machine load.
-The compared number is TRL's own `step_time` (generation + rewards + loss + optimizer, measured
-inside the trainer) — median over steps after a warm-up — plus wall time per run.
+Each round runs, in turn: the bare script, ours with grpo.fast_cpu_generation off (TRL's own
+generation: the pure overhead of our hooks, recorder and callbacks), and ours as shipped (fast CPU
+generation on). Alternating in one session lets all three see the same machine load. Two numbers per
+step, medians over the steps after a warm-up:
 
-    python bench/overhead.py [--rounds 3] [--steps 12] [--out bench/results/overhead.json]
+    step_time  TRL's own (training_step: generation, rewards, loss forward/backward)
+    wall       the whole step, from one step's end to the next: step_time + optimizer + every callback
+               (ours: consecutive `time` stamps of metrics.jsonl; bare: a callback's stamps)
+
+The ratio is ours / bare of the pooled medians; its 95 % interval comes from resampling the rounds
+(bootstrap, 2,000 draws, seed 0), so round-to-round drift in load shows up in it.
+
+    python bench/overhead.py [--rounds 8] [--steps 12] [--out bench/results/overhead.json]
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import torch
 from datasets import Dataset
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from local_grpo.train.trainer import install_cpu_logprob  # the CPU log-prob path our trainer installs
 from local_grpo.tasks import arithmetic_examples, ANSWER_LINE_PROMPT
@@ -53,8 +62,14 @@ args = GRPOConfig(output_dir=os.path.join(out, "ckpt"), use_cpu=True, bf16=False
 trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[correct, fmt], args=args,
                       train_dataset=Dataset.from_list(rows),
                       peft_config=LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"], task_type="CAUSAL_LM"))
+class Stamps(TrainerCallback):
+    stamps = []
+    def on_log(self, args, state, control, **kw): self.stamps.append(time.time())
+trainer.add_callback(Stamps())
 t = time.time(); trainer.train(); wall = time.time() - t
-json.dump({"wall": wall, "step_time": [h["step_time"] for h in trainer.state.log_history if "step_time" in h]},
+walls = [b - a for a, b in zip(Stamps.stamps, Stamps.stamps[1:])]
+json.dump({"wall": wall, "step_wall": walls,
+           "step_time": [h["step_time"] for h in trainer.state.log_history if "step_time" in h]},
           open(os.path.join(out, "bare.json"), "w"))
 '''
 
@@ -65,24 +80,46 @@ def run_bare(model_dir: str, steps: int, workdir: str) -> dict:
     return json.load(open(os.path.join(workdir, "bare.json")))
 
 
-def run_ours(model_dir: str, steps: int, workdir: str) -> dict:
+def run_ours(model_dir: str, steps: int, workdir: str, fast: bool) -> dict:
     out = os.path.join(workdir, "run")
     cmd = [sys.executable, "-m", "local_grpo.cli", "train", "--model", model_dir, "--backend", "hf",
            "--task", "arithmetic", "--num-train", "160", "--num-heldout", "40", "--max-steps", str(steps),
            "--save-steps", str(steps), "--lora-r", "16", "--lora-alpha", "32", "--dtype", "float32",
-           "--output", out, "--json", "--rewards", "correct_numeric,format_soft:0.2"]
+           "--output", out, "--json", "--rewards", "correct_numeric,format_soft:0.2",
+           "--fast-cpu-generation" if fast else "--no-fast-cpu-generation"]
     for key, value in SETTINGS.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
     t = time.time()
     subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True)
     wall = time.time() - t
     metrics = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
-    return {"wall_process": wall, "step_time": [m["step_time"] for m in metrics if "step_time" in m]}
+    stamps = [m["time"] for m in metrics if "step_time" in m]
+    return {"wall_process": wall, "step_time": [m["step_time"] for m in metrics if "step_time" in m],
+            "step_wall": [b - a for a, b in zip(stamps, stamps[1:])]}
+
+
+def pooled_ratio(rounds: list[dict], variant: str, key: str) -> float:
+    """median(variant's `key` steps) / median(bare's), steps pooled over the rounds."""
+    ours = statistics.median([x for r in rounds for x in r[variant][key]])
+    bare = statistics.median([x for r in rounds for x in r["bare"][key]])
+    return ours / bare
+
+
+def bootstrap_interval(rounds: list[dict], variant: str, key: str, draws: int = 2000, seed: int = 0) -> list[float]:
+    """95 % interval of `pooled_ratio`, resampling whole rounds with replacement."""
+    import random
+
+    rng = random.Random(seed)
+    ratios = sorted(pooled_ratio([rng.choice(rounds) for _ in rounds], variant, key) for _ in range(draws))
+    return [round(ratios[int(0.025 * draws)], 3), round(ratios[int(0.975 * draws) - 1], 3)]
+
+
+VARIANTS = {"bare": None, "ours_trl_generation": False, "ours": True}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2, help="steps ignored at the start of each run")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "overhead.json"))
@@ -90,23 +127,28 @@ def main() -> None:
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from tiny_model import build_tiny_model
 
+    rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_model(os.path.join(tmp, "tiny"), hidden=256, layers=4)
-        bare_steps, our_steps, rounds = [], [], []
         for i in range(args.rounds):
-            b = run_bare(model_dir, args.steps, tempfile.mkdtemp(dir=tmp))
-            o = run_ours(model_dir, args.steps, tempfile.mkdtemp(dir=tmp))
-            bare_steps += b["step_time"][args.warmup:]
-            our_steps += o["step_time"][args.warmup:]
-            rounds.append({"bare_median_step": statistics.median(b["step_time"][args.warmup:]),
-                           "ours_median_step": statistics.median(o["step_time"][args.warmup:])})
-            print(f"round {i + 1}: {rounds[-1]}", flush=True)
-    bare_median, our_median = statistics.median(bare_steps), statistics.median(our_steps)
+            entry = {}
+            for variant, fast in VARIANTS.items():
+                workdir = tempfile.mkdtemp(dir=tmp)
+                got = run_bare(model_dir, args.steps, workdir) if fast is None else run_ours(model_dir, args.steps, workdir, fast)
+                entry[variant] = {"step_time": got["step_time"][args.warmup:], "step_wall": got["step_wall"][args.warmup:]}
+            rounds.append(entry)
+            print(f"round {i + 1}: " + ", ".join(f"{v} {statistics.median(e['step_wall']):.3f} s/step"
+                                                  for v, e in entry.items()), flush=True)
     result = {
         "model": "tiny random Llama (hidden 256, 4 layers) + BPE tokenizer",
-        "settings": SETTINGS, "steps_per_run": args.steps, "warmup_ignored": args.warmup, "rounds": rounds,
-        "bare_trl_median_step_s": round(bare_median, 4), "local_grpo_median_step_s": round(our_median, 4),
-        "step_time_ratio": round(our_median / bare_median, 3), "goal": "<= 1.03",
+        "settings": SETTINGS, "steps_per_run": args.steps, "warmup_ignored": args.warmup, "rounds": len(rounds),
+        "median_step_s": {v: {k: round(statistics.median([x for r in rounds for x in r[v][k]]), 4)
+                              for k in ("step_time", "step_wall")} for v in VARIANTS},
+        "ratios": {v: {k: {"ratio": round(pooled_ratio(rounds, v, k), 3), "ci95": bootstrap_interval(rounds, v, k),
+                           "per_round": [round(statistics.median(r[v][k]) / statistics.median(r["bare"][k]), 3)
+                                         for r in rounds]}
+                       for k in ("step_time", "step_wall")} for v in VARIANTS if v != "bare"},
+        "goal": "ours_trl_generation step_wall ratio <= 1.03",
         "load_average_at_end": os.getloadavg()[0],
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

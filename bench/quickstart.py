@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--config", default=os.path.join(REPO, "configs", "cpu-quickstart.yaml"))
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=None, help="grpo.seed (default: the config's)")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "quickstart.json"))
     parser.add_argument("--keep-run", default=None, help="copy the run directory here afterwards")
     parser.add_argument("--eval-max-new-tokens", type=int, default=64,
@@ -41,6 +42,7 @@ def main() -> None:
 
     from local_grpo import config as config_mod
     from local_grpo import evaluate, train
+    from local_grpo import rundir
     from local_grpo.rundir import RunDir
 
     work = tempfile.mkdtemp(prefix="quickstart-bench-")
@@ -53,6 +55,8 @@ def main() -> None:
         config = config_mod.load(args.config)
         if args.max_steps:
             config.grpo.max_steps = args.max_steps
+        if args.seed is not None:
+            config.grpo.seed = args.seed
         config.grpo.save_steps = args.eval_every
         config.grpo.save_total_limit = 1000
         config.output_dir = os.path.join(work, "run")
@@ -102,6 +106,8 @@ def main() -> None:
         "anchor": ANCHOR,
         "first_checkpoint_at_or_above_anchor": reached(ANCHOR["after"]),
         "first_checkpoint_at_or_above_0.70": reached(0.70),
+        "first_checkpoint_at_or_above_0.575": reached(0.575),
+        "seed": config.grpo.seed, "step_time_breakdown": rundir.mean_breakdown(metrics),
         "best_within_7_min": best_within(420), "best_within_15_min": best_within(900),
         "train_summary": summary, "load_average_at_end": os.getloadavg()[0], "cpu_count": os.cpu_count(),
     }

@@ -184,6 +184,43 @@ def compute_dtype(config: Config, on_cuda: bool):
     return torch.float32
 
 
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of native bf16 matmul
+
+
+def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
+    """The native-bf16 flags this CPU reports (`CPU_BF16_FLAGS` found in /proc/cpuinfo); [] when none or unknown.
+
+    Without them torch runs bf16 matmuls through a slow emulation (several times slower than fp32).
+    """
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+                cpuinfo = fh.read()
+        except OSError:
+            return []
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+    return [f for f in CPU_BF16_FLAGS if f in flags]
+
+
+def cpu_autocast_dtype(config: Config, on_cuda: bool, cpuinfo: str | None = None) -> str | None:
+    """"bfloat16" when CPU training runs under bf16 autocast, else None (fp32, or a GPU).
+
+    model.cpu_autocast: auto -> bf16 when the CPU has native bf16 (`cpu_bf16_flags`) and the model
+    computes in fp32; bf16 forces it; off forces fp32. On GPUs model.dtype decides instead.
+    """
+    mode = config.model.cpu_autocast
+    if on_cuda or mode == "off" or config.model.load_in_4bit:
+        return None
+    if mode == "bf16":
+        return "bfloat16"
+    if config.model.dtype not in ("auto", "float32"):
+        return None
+    return "bfloat16" if cpu_bf16_flags(cpuinfo) else None
+
+
 def prepare_tokenizer(tokenizer) -> Any:
     """Left padding for generation, a pad token, and a chat template when the model has none."""
     if tokenizer.pad_token is None:

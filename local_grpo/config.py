@@ -20,6 +20,7 @@ from .errors import UserError
 SCHEMA_VERSION = 1
 BACKENDS = ("auto", "unsloth", "hf")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+CPU_AUTOCAST = ("auto", "bf16", "off")
 # TRL 1.15 accepts these; anything else only fails at the first step there, so we check here.
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 SCALE_REWARDS = ("group", "batch", "none")
@@ -51,6 +52,8 @@ class ModelConfig:
     load_in_4bit: bool = _f(False, "Load base weights in 4-bit (bitsandbytes nf4 / Unsloth 4-bit). Saves memory on GPU; slower on CPU.")
     dtype: str = _f("auto", "Compute dtype: auto (bfloat16 on GPUs that support it, float32 on CPU), float32, bfloat16, float16.")
     max_seq_length: int = _f(512, "Longest prompt + completion in tokens (Unsloth's max_seq_length).")
+    cpu_autocast: str = _f("auto", "CPU training: auto (bf16 autocast when the CPU has native bf16, AVX512-BF16 or "
+                           "AMX, else fp32), bf16, or off (force fp32). LoRA weights and optimizer stay fp32.")
     gguf_file: str | None = _f(None, "Load a GGUF file inside the model folder (converted once to a cached HF folder).")
 
 
@@ -108,6 +111,8 @@ class GRPOSettings:
     num_iterations: int = _f(1, "Optimisation passes per generated batch (mu in the GRPO paper).")
     epsilon: float = _f(0.2, "PPO-style clipping range.")
     max_steps: int = _f(40, "Optimizer steps to train.")
+    fast_cpu_generation: bool = _f(True, "CPU: generate with the repeated prompt's prefill shared and row-major "
+                                   "decode products (same tokens, faster; bench/generation_speed.py). false = TRL's plain path.")
     logging_steps: int = _f(1, "Write metrics every N steps.")
     save_steps: int = _f(10, "Checkpoint every N steps (for --resume).")
     save_total_limit: int = _f(2, "Checkpoints kept.")
@@ -368,6 +373,7 @@ def validate(config: Config) -> Config:
         _check_types(obj, where)
     _one_of("backend", config.backend, BACKENDS)
     _one_of("model.dtype", m.dtype, DTYPES)
+    _one_of("model.cpu_autocast", m.cpu_autocast, CPU_AUTOCAST)
     _positive("model.max_seq_length", m.max_seq_length)
     if not m.name:
         raise UserError("model.name: must not be empty")

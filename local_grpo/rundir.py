@@ -364,3 +364,27 @@ class RunDir:
         if not isinstance(data, dict) or not isinstance(data.get("base"), dict) or not isinstance(data.get("trained"), dict):
             return None
         return data
+
+
+# --- the step-time breakdown (train/step_timer.py writes it) -----------------------------------
+
+STEP_TIME_KEYS = ("time/generation_s", "time/rewards_s", "time/train_s", "time/other_s")
+
+
+def eta_seconds(rows: list[dict], max_steps: int, window: int = 5) -> float | None:
+    """Seconds left to max_steps at the mean step time of the last `window` logged rows, or None."""
+    timed = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in STEP_TIME_KEYS)]
+    if not timed:
+        return None
+    last = timed[-window:]
+    per_step = sum(sum(r[k] for k in STEP_TIME_KEYS) for r in last) / len(last)
+    return round(max(0, max_steps - int(timed[-1].get("step", 0))) * per_step, 1)
+
+
+def mean_breakdown(rows: list[dict], skip: int = 1) -> dict[str, float] | None:
+    """Mean time/<phase>_s over the rows (the first `skip` steps left out: they include warm-up), or None."""
+    timed = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in STEP_TIME_KEYS)]
+    timed = timed[skip:] if len(timed) > skip else timed
+    if not timed:
+        return None
+    return {k: round(sum(r[k] for r in timed) / len(timed), 3) for k in STEP_TIME_KEYS}

@@ -73,7 +73,7 @@ def test_runs_table_lists_runs_with_status_and_last_metrics(tmp_path):
 def test_curve_frames_are_long_format_per_panel(tmp_path):
     metrics = RunDir(write_run(tmp_path / "r")).metrics()  # the torn last line is skipped
     frames = runs.curve_frames(metrics)
-    assert set(frames) == {"reward", "success", "length", "kl", "zero_std"}
+    assert set(frames) == {"reward", "success", "length", "kl", "zero_std", "step_time"}
     reward = frames["reward"]
     assert list(reward.columns) == ["step", "value", "series"]
     assert set(reward["series"]) == {"total reward", "format_soft", "correct_numeric"}
@@ -474,3 +474,21 @@ def test_compare_lists_only_the_disagreements():
     assert "**1** completions differ" in designer.compare_markdown(result, found)
     with pytest.raises(UserError, match="reference"):
         designer.score_reference("no_such_reward", samples)
+
+
+def test_step_time_panel_stacks_the_four_phases_and_a_running_run_shows_an_eta(tmp_path):
+    path = str(tmp_path / "live")
+    run = RunDir.create(path)
+    with open(os.path.join(path, "config.yaml"), "w") as fh:
+        fh.write("grpo: {max_steps: 10}\n")
+    for step in (1, 2, 3):
+        run.append("metrics.jsonl", {"step": step, "reward": 0.1, "time": 10.0 * step, "time/generation_s": 6.0,
+                                     "time/rewards_s": 0.5, "time/train_s": 3.0, "time/other_s": 0.5})
+    metrics = run.metrics()
+    frame = runs.curve_frames(metrics, smoothing=5)["step_time"]
+    assert set(frame["series"]) == {"generation", "rewards", "train (forward, backward, optimizer)", "other"}
+    assert len(frame) == 12  # never smoothed, so no raw twins
+    assert frame.groupby("step")["value"].sum().tolist() == pytest.approx([10.0, 10.0, 10.0])
+    overview = runs.run_overview(path, metrics, [])
+    assert "running" in overview and "ETA 1 min 10 s" in overview  # 7 steps left at 10 s a step
+    assert runs.format_duration(3725) == "1 h 02 min" and runs.format_duration(40) == "40 s"

@@ -7,8 +7,9 @@ import time
 import pytest
 
 from local_grpo import rundir
-from local_grpo.train import step_timer
-from local_grpo.train.step_timer import METRIC_KEYS, StepTimer
+
+from local_grpo.rundir import STEP_TIME_KEYS as METRIC_KEYS
+from local_grpo.train.step_timer import StepTimer
 
 
 def test_phases_split_the_spans_so_they_sum_to_the_step():
@@ -42,9 +43,9 @@ def test_eta_and_mean_breakdown_read_the_rows():
     rows = [{"step": s, "time/generation_s": 2.0, "time/rewards_s": 0.0, "time/train_s": 1.0, "time/other_s": 0.0}
             for s in (1, 2, 3)]
     rows[0]["time/generation_s"] = 20.0  # warm-up step
-    assert step_timer.eta_seconds(rows, max_steps=10) == pytest.approx(7 * (21 + 3 + 3) / 3, abs=0.1)
-    assert step_timer.mean_breakdown(rows)["time/generation_s"] == 2.0
-    assert step_timer.eta_seconds([{"step": 1, "reward": 0.5}], 10) is None
+    assert rundir.eta_seconds(rows, max_steps=10) == pytest.approx(7 * (21 + 3 + 3) / 3, abs=0.1)
+    assert rundir.mean_breakdown(rows)["time/generation_s"] == 2.0
+    assert rundir.eta_seconds([{"step": 1, "reward": 0.5}], 10) is None
 
 
 def test_a_real_run_logs_the_four_phases_and_they_sum_to_trls_step_time(tiny_config, one_torch_thread):

@@ -16,7 +16,8 @@ from apps.tabs.train import parse_weights
 
 POLL_SECONDS = 2.0
 CURVE_TITLES = {"reward": "Total reward and each reward's mean", "success": "Success rate (and predicted, with the forecast band)",
-                "length": "Completion length", "kl": "KL", "zero_std": "Fraction of zero-std groups"}
+                "length": "Completion length", "kl": "KL", "zero_std": "Fraction of zero-std groups",
+                "step_time": "Seconds per step: generation, rewards, train, other (stacked)"}
 WATCHED_FILES = (rundir.METRICS, rundir.COMPLETIONS, rundir.EVENTS, rundir.SUMMARY, rundir.EVAL_COMPARE, rundir.FORECAST)
 
 
@@ -83,8 +84,10 @@ def layout(studio: Studio) -> SimpleNamespace:
     for row_panels in (panel_names[:3], panel_names[3:]):
         with gr.Row():
             for panel in row_panels:
-                plots[panel] = gr.LinePlot(None, x="step", y="value", color="series", title=CURVE_TITLES[panel],
-                                           height=240, elem_id=f"curve-{panel}")
+                # a step's four phases stack into one bar (one bin per step)
+                plot, extra = (gr.BarPlot, {"x_bin": 1, "y_aggregate": "sum"}) if panel == "step_time" else (gr.LinePlot, {})
+                plots[panel] = plot(None, x="step", y="value", color="series", title=CURVE_TITLES[panel],
+                                    height=240, elem_id=f"curve-{panel}", **extra)
                 if panel == "kl":
                     kl_note = gr.Markdown(visible=False, elem_id="kl-note")
     smoothing = gr.Slider(1, 25, value=DEFAULT_SMOOTHING, step=1, label="Smoothing: moving average over N logged steps "

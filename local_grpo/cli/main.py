@@ -99,6 +99,8 @@ def doctor_report(model: str | None = None) -> dict:
         props = torch.cuda.get_device_properties(0)
         gpu = {"name": props.name, "vram_gb": round(props.total_memory / 2**30, 1), "count": torch.cuda.device_count()}
     report["gpu"] = gpu
+    report["cpu_bf16_flags"] = backends.cpu_bf16_flags()
+    report["cpu_autocast_auto"] = "bf16" if report["cpu_bf16_flags"] else "fp32"  # what model.cpu_autocast auto picks
     report["unsloth_installed"] = backends.unsloth_installed()
     report["backend_auto"] = backends.pick_backend("auto")
     try:
@@ -112,6 +114,15 @@ def doctor_report(model: str | None = None) -> dict:
     return report
 
 
+def cpu_autocast_line(flags: list[str]) -> str:
+    """What doctor found in the CPU and what model.cpu_autocast auto chooses for CPU training."""
+    if flags:
+        return (f"CPU bf16: native ({', '.join(flags)}): CPU training runs under bf16 autocast "
+                "(model.cpu_autocast auto; --cpu-autocast off forces fp32)")
+    return ("CPU bf16: not native (no avx512_bf16 or amx_bf16 flag): CPU training stays fp32 "
+            "(bf16 would be emulated, several times slower; --cpu-autocast bf16 forces it)")
+
+
 def run_doctor(args) -> int:
     report = doctor_report(getattr(args, "model", None))
     if args.json:
@@ -120,6 +131,7 @@ def run_doctor(args) -> int:
     gpu = report["gpu"]
     print(f"python {report['python']}, {report['cpu_count']} CPU cores, {report['ram_gb']} GB RAM")
     print(f"GPU: {gpu['name']} ({gpu['vram_gb']} GB) x{gpu['count']}" if gpu else "GPU: none (training runs on the CPU)")
+    print(cpu_autocast_line(report["cpu_bf16_flags"]))
     why = "Unsloth installed and a GPU present" if report["backend_auto"] == "unsloth" else (
         "no GPU" if report["unsloth_installed"] else "Unsloth not installed")
     print(f"backend auto -> {report['backend_auto']} ({why})")

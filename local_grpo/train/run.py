@@ -241,6 +241,16 @@ def check_scale_out(config: Config) -> None:
 
 # --- summary ------------------------------------------------------------------------------
 
+def step_time_lines(breakdown: dict | None) -> list[str]:
+    """Where a step's time went (the summary's `step_time`), as one line."""
+    if not breakdown:
+        return []
+    total = sum(breakdown.values()) or 1.0
+    parts = [f"{key[len('time/'):-len('_s')]} {value:.2f} s ({100 * value / total:.0f}%)"
+             for key, value in breakdown.items()]
+    return [f"  time per step ({total:.1f} s, mean after step 1): " + ", ".join(parts)]
+
+
 def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
     """Reward and success at the start vs the end of training, and where things are."""
     metrics = [m for m in run.metrics() if "reward" in m]
@@ -270,6 +280,7 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
         "signal_alerts": len(signal["alerts"]),
         "signal": signal,
         "forecast": p_ref.forecast_summary(run, metrics, window),
+        "step_time": rundir.mean_breakdown(metrics),  # mean time/<phase>_s after the first step
     }
 
 
@@ -294,6 +305,7 @@ def format_summary(summary: dict) -> str:
                      "values, or the audit disagreed; see events.jsonl)")
     lines += diagnostics.summary_lines(summary.get("signal"))
     lines += p_ref.forecast_lines(summary.get("forecast"))
+    lines += step_time_lines(summary.get("step_time"))
     lines.append(f"  run directory: {summary['run_dir']}")
     lines.append(f"  LoRA adapter:  {summary['adapter']}")
     return "\n".join(lines)

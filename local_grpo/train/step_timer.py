@@ -18,8 +18,10 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
+from ..rundir import STEP_TIME_KEYS as METRIC_KEYS  # time/<phase>_s; rundir reads them back (eta, breakdown)
+
 PHASES = ("generation", "rewards", "train", "other")
-METRIC_KEYS = tuple(f"time/{phase}_s" for phase in PHASES)
+assert METRIC_KEYS == tuple(f"time/{phase}_s" for phase in PHASES)
 # measured spans; `prepare` (TRL's _prepare_inputs) contains generation, rewards and the no-grad log-probs
 SPANS = ("training_step", "prepare", "generation", "rewards", "logprobs", "optimizer", "callbacks")
 
@@ -71,23 +73,4 @@ class StepTimer:
         for name in SPANS:
             self.seconds[name] = 0.0
         steps = max(1, steps)
-        return {f"time/{phase}_s": round(value / steps, 4) for phase, value in phases.items()}
-
-
-def eta_seconds(rows: list[dict], max_steps: int, window: int = 5) -> float | None:
-    """Seconds left to max_steps at the mean step time of the last `window` logged rows, or None."""
-    timed = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in METRIC_KEYS)]
-    if not timed:
-        return None
-    last = timed[-window:]
-    per_step = sum(sum(r[k] for k in METRIC_KEYS) for r in last) / len(last)
-    return round(max(0, max_steps - int(timed[-1].get("step", 0))) * per_step, 1)
-
-
-def mean_breakdown(rows: list[dict], skip: int = 1) -> dict[str, float] | None:
-    """Mean time/<phase>_s over the rows (the first `skip` steps left out: they include warm-up), or None."""
-    timed = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in METRIC_KEYS)]
-    timed = timed[skip:] if len(timed) > skip else timed
-    if not timed:
-        return None
-    return {k: round(sum(r[k] for r in timed) / len(timed), 3) for k in METRIC_KEYS}
+        return {key: round(phases[phase] / steps, 4) for phase, key in zip(PHASES, METRIC_KEYS)}

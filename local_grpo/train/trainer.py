@@ -13,6 +13,7 @@ overrides:
     training_step, _prepare_inputs,     the step-time breakdown (step_timer.py): each phase timed where
     _generate_single_turn,              TRL runs it; time/<phase>_s in metrics.jsonl
     _calculate_rewards
+    _generate_single_turn (again)       on CPU, grpo.fast_cpu_generation: generation.cpu_sampling_speedups
 
 On CPU it also installs a torch path for TRL 1.15's Triton-only fused log-prob kernel
 (`install_cpu_logprob`), the one module-level patch we make; remove it once trl >= 1.16 is allowed.
@@ -69,6 +70,8 @@ class LocalGRPOHooks:
             self.beta = g.beta * g.kl_alpha
         self._policy_logps = None
         self.step_timer = StepTimer()
+        # grpo.fast_cpu_generation: TRL's transformers generation, its prefill shared and decode row-major
+        self.fast_cpu_generation = bool(kwargs["args"].use_cpu and config.grpo.fast_cpu_generation)
 
     # --- the step-time breakdown: each span timed around TRL's own method ---
 
@@ -81,7 +84,12 @@ class LocalGRPOHooks:
             return super()._prepare_inputs(generation_batch)
 
     def _generate_single_turn(self, *args, **kwargs):
-        with self.step_timer.span("generation"):
+        from contextlib import nullcontext
+
+        from ..generation import cpu_sampling_speedups
+
+        fast = self.fast_cpu_generation and not self.use_vllm
+        with self.step_timer.span("generation"), (cpu_sampling_speedups(self.model) if fast else nullcontext()):
             return super()._generate_single_turn(*args, **kwargs)
 
     def _calculate_rewards(self, *args, **kwargs):
@@ -243,8 +251,8 @@ def check_trl_field(key: str, config_class) -> None:
 
 
 def modeled_kwargs(config: Config, output_dir: str, on_cuda: bool, backend: str) -> dict:
-    """The GRPOConfig fields our config models (CPU: use_cpu, no bf16)."""
-    from ..backends import compute_dtype
+    """The GRPOConfig fields our config models (CPU: use_cpu; bf16 = accelerate's CPU autocast when chosen)."""
+    from ..backends import compute_dtype, cpu_autocast_dtype
 
     g = config.grpo
     dtype = str(compute_dtype(config, on_cuda)).rsplit(".", 1)[-1]
@@ -252,7 +260,7 @@ def modeled_kwargs(config: Config, output_dir: str, on_cuda: bool, backend: str)
     kwargs.update(
         output_dir=output_dir,
         use_cpu=not on_cuda,
-        bf16=on_cuda and dtype == "bfloat16",
+        bf16=(on_cuda and dtype == "bfloat16") or cpu_autocast_dtype(config, on_cuda) == "bfloat16",
         fp16=on_cuda and dtype == "float16",
         beta=g.beta if config.kl_mode in ("ref", "both") else 0.0,
         # Unsloth applies its own checkpointing in get_peft_model.

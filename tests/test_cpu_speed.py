@@ -1,0 +1,129 @@
+"""CPU speed paths: the bf16 autocast decision (doctor, config, GRPOConfig) and the faster sampling
+(shared prefill, row-major decode), which must give the same tokens as plain generation."""
+
+from __future__ import annotations
+
+import pytest
+
+from local_grpo import backends
+from local_grpo.config import Config, validate
+from local_grpo.errors import UserError
+
+AVX2_ONLY = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+SAPPHIRE = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+
+
+def test_cpu_bf16_flags_are_read_from_cpuinfo():
+    assert backends.cpu_bf16_flags(AVX2_ONLY) == []
+    assert backends.cpu_bf16_flags(SAPPHIRE) == ["avx512_bf16", "amx_bf16"]
+    assert backends.cpu_bf16_flags("") == []
+
+
+@pytest.mark.parametrize("mode, cpuinfo, on_cuda, expected", [
+    ("auto", SAPPHIRE, False, "bfloat16"),
+    ("auto", AVX2_ONLY, False, None),  # emulated bf16 is slower than fp32
+    ("off", SAPPHIRE, False, None),  # the config forces fp32
+    ("bf16", AVX2_ONLY, False, "bfloat16"),  # ... or bf16
+    ("auto", SAPPHIRE, True, None),  # on a GPU model.dtype decides
+])
+def test_cpu_autocast_decision(mode, cpuinfo, on_cuda, expected):
+    config = Config()
+    config.model.cpu_autocast = mode
+    assert backends.cpu_autocast_dtype(config, on_cuda, cpuinfo) == expected
+
+
+def test_cpu_autocast_is_validated():
+    config = Config()
+    config.model.cpu_autocast = "fp8"
+    with pytest.raises(UserError, match="model.cpu_autocast"):
+        validate(config)
+
+
+def test_forced_bf16_reaches_trls_config_as_cpu_autocast(tmp_path):
+    from local_grpo.train import trainer
+
+    config = Config()
+    config.model.cpu_autocast = "bf16"
+    args = trainer.grpo_args(config, str(tmp_path), on_cuda=False, backend="hf")
+    assert args.use_cpu and args.bf16  # accelerate then runs the CPU forward under torch.autocast(bfloat16)
+    config.model.cpu_autocast = "off"
+    assert not trainer.grpo_args(config, str(tmp_path), on_cuda=False, backend="hf").bf16
+
+
+def test_doctor_says_what_it_found_and_chose(capsys):
+    from local_grpo.cli.main import cpu_autocast_line, main
+
+    assert "stays fp32" in cpu_autocast_line([]) and "bf16 autocast" in cpu_autocast_line(["amx_bf16"])
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "CPU bf16:" in out
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tiny_model_dir):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = backends.prepare_tokenizer(AutoTokenizer.from_pretrained(tiny_model_dir))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                             init_lora_weights=False))  # a non-zero adapter
+    model.eval()
+    return model, tokenizer
+
+
+def _repeated_batch(tokenizer, repeats=4):
+    texts = ["user: What is 12 + 35?\nassistant: ", "user: What is 7 + 8? Answer briefly.\nassistant: "]
+    return tokenizer([t for t in texts for _ in range(repeats)], return_tensors="pt", padding=True)
+
+
+@pytest.mark.parametrize("sample", [False, True])
+def test_fast_cpu_sampling_gives_the_same_tokens(tiny_lm, sample, one_torch_thread):
+    import torch
+    from transformers import GenerationConfig
+
+    from local_grpo.generation import cpu_sampling_speedups
+
+    model, tokenizer = tiny_lm
+    batch = _repeated_batch(tokenizer)
+    gen = GenerationConfig(max_new_tokens=12, do_sample=sample, top_k=0 if sample else None,
+                           pad_token_id=tokenizer.pad_token_id)
+    outputs = []
+    for fast in (False, True):
+        torch.manual_seed(7)
+        with torch.no_grad():
+            if fast:
+                with cpu_sampling_speedups(model):
+                    outputs.append(model.generate(**batch, generation_config=gen))
+            else:
+                outputs.append(model.generate(**batch, generation_config=gen))
+    assert torch.equal(outputs[0], outputs[1])
+    assert "generate" not in vars(model) and not any("forward" in vars(m) for m in model.modules())  # restored
+
+
+def test_repeat_count_finds_the_groups_or_gives_one(tiny_lm):
+    from local_grpo.generation import repeat_count
+
+    _, tokenizer = tiny_lm
+    batch = _repeated_batch(tokenizer, repeats=4)
+    assert repeat_count(batch["input_ids"], batch["attention_mask"]) == 4
+    mixed = _repeated_batch(tokenizer, repeats=1)
+    assert repeat_count(mixed["input_ids"], mixed["attention_mask"]) == 1
+
+
+def test_row_major_decode_leaves_training_and_long_inputs_alone(tiny_lm):
+    import torch
+
+    from local_grpo.generation import DECODE_ROWS, row_major_decode
+
+    layer = torch.nn.Linear(8, 5)
+    x_small, x_long = torch.randn(3, 2, 8), torch.randn(DECODE_ROWS + 1, 8)
+    with row_major_decode(torch.nn.Sequential(layer)):
+        with torch.no_grad():
+            assert torch.allclose(layer(x_small), torch.nn.functional.linear(x_small, layer.weight, layer.bias), atol=1e-6)
+            assert layer(x_small).shape == (3, 2, 5)
+            assert torch.equal(layer(x_long), torch.nn.functional.linear(x_long, layer.weight, layer.bias))
+        out = layer(x_small)  # grad enabled: the plain product, so autograd is untouched
+        assert out.requires_grad
