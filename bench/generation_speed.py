@@ -5,7 +5,7 @@ SmolLM2-135M in fp32, up to 48 new tokens. This script generates exactly that ba
 every run decodes the same number of steps), alternating the variants for --rounds rounds:
 
     plain      model.generate as TRL 1.15 calls it (what training did before)
-    fast       the same inside generation.cpu_sampling_speedups (shared prefill + row-major decode)
+    fast       the same inside generation.cpu_sampling_speedups (the shared prefill)
     bf16       plain under torch.autocast("cpu", bfloat16) (what bf16 autocast would do to generation)
 
 and reports per variant the median seconds for 1 new token (the prefill) and for --new-tokens, the

@@ -77,43 +77,8 @@ def cut_at_end(ids: list[int], eos_ids: list[int]) -> list[int]:
 
 
 # --- faster sampling on the CPU ---------------------------------------------------------------
-# Decoding a small model on a CPU is bound by skinny matrix products (a few rows times each weight
-# matrix). bench/generation_speed.py measures both changes below against the hardware's bounds.
-
-DECODE_ROWS = 64  # inputs with at most this many rows take the row-major product
-
-
-def _row_major_linear(module, x):
-    import torch
-
-    rows = x.numel() // x.shape[-1]
-    if rows > DECODE_ROWS or torch.is_grad_enabled() or torch.is_autocast_enabled("cpu"):
-        return torch.nn.functional.linear(x, module.weight, module.bias)
-    # W @ xᵀ streams each weight row once; MKL's x @ Wᵀ is about half as fast at these shapes
-    out = torch.mm(module.weight, x.reshape(rows, -1).t()).t()
-    if module.bias is not None:
-        out = out + module.bias
-    return out.reshape(*x.shape[:-1], module.weight.shape[0])
-
-
-@contextmanager
-def row_major_decode(model):
-    """Within the block, the model's nn.Linear layers compute few-row, no-grad inputs as W @ xᵀ.
-
-    Same result up to float rounding; training (grad enabled) and long inputs are untouched.
-    """
-    import types
-
-    import torch
-
-    linears = [m for m in model.modules() if type(m) is torch.nn.Linear and "forward" not in vars(m)]
-    for module in linears:
-        module.forward = types.MethodType(_row_major_linear, module)
-    try:
-        yield model
-    finally:
-        for module in linears:
-            del module.forward
+# GRPO samples each prompt num_generations times; the prompt's prefill need not be computed each time.
+# bench/generation_speed.py measures it against plain generation and the hardware's bounds.
 
 
 def repeat_count(input_ids, attention_mask) -> int:
@@ -153,15 +118,14 @@ def generate_sharing_prefill(generate_fn, model, input_ids, attention_mask, **kw
 
 @contextmanager
 def cpu_sampling_speedups(model):
-    """Within the block, `model.generate` shares the repeated prompts' prefill and the decode steps use
-    `row_major_decode`. For the CPU: on a GPU neither is needed."""
+    """Within the block, `model.generate` computes each repeated prompt's prefill once
+    (`generate_sharing_prefill`). For the CPU, where the prefill of 8 copies is ~15 % of a step."""
     import functools
 
     original = model.generate
     model.generate = functools.partial(_shared_prefill_generate, original, model)
     try:
-        with row_major_decode(model):
-            yield model
+        yield model
     finally:
         del model.generate
 

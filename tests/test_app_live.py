@@ -104,9 +104,8 @@ def test_list_and_load_a_finished_run(client):
     table, _choices = client.predict(api_name="/list_runs")
     listed = {row["run"]: row for row in rows(table)}
     assert listed["tiny"]["status"] == "finished" and listed["tiny"]["steps"] == 3
-    (overview, reward, success, length, kl, zero_std, kl_note, completions, alerts, evals, prompt, prompt_table,
-     prompt_curve,
-     weights) = client.predict("tiny", "latest", 2, None, api_name="/load_run")
+    (overview, reward, success, length, kl, zero_std, step_time, kl_note, completions, alerts, evals, prompt,
+     prompt_table, prompt_curve, weights) = client.predict("tiny", "latest", 2, None, api_name="/load_run")
     assert "finished" in overview and "step 3 of 3" in overview
     assert {row[0] for row in plot(reward)["data"]} == {1, 2, 3}  # a total-reward point per step
     assert {row[2] for row in plot(reward)["data"]} >= {"total reward", "total reward (raw)"}
@@ -118,6 +117,8 @@ def test_list_and_load_a_finished_run(client):
     assert any(row["type"] == "info" for row in rows(alerts))
     assert prompt["value"] and rows(prompt_table) and plot(prompt_curve)["data"]
     assert "correct_numeric" in weights
+    phases = {row[2] for row in plot(step_time)["data"]}  # the stacked step-time panel, never smoothed
+    assert phases == {"generation", "rewards", "train (forward, backward, optimizer)", "other"}
     *curves, note = client.predict("tiny", 1, api_name="/smooth_curves")
     assert {row[2] for row in plot(curves[2])["data"]} == {"mean length (tokens)"}  # smoothing off: raw only
 
@@ -328,6 +329,8 @@ def test_browser_design_score_check_and_watch(studio, tiny_model_dir, tmp_path):
         expect(page.locator("#curve-kl")).to_be_hidden()
         expect(page.locator("#prompt-history")).to_contain_text("completion", timeout=20000)
         expect(page.locator("#prompt-curve").locator("canvas, svg").first).to_be_visible(timeout=20000)
+        # the step-time panel: the run's time/<phase>_s stacked per step
+        expect(page.locator("#curve-step_time").locator("canvas, svg").first).to_be_visible(timeout=20000)
         page.wait_for_timeout(1500)  # let the plots finish drawing
         page.screenshot(path=os.path.join(images, "studio-watch.png"), full_page=True)
         assert all(os.path.getsize(os.path.join(images, f"studio-{n}.png")) > 10000 for n in ("designer", "check", "watch"))
