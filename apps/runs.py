@@ -153,7 +153,7 @@ def curve_frames(metrics: list[dict], smoothing: int = 1, forecast: dict | None 
 
     With smoothing > 1 each noisy series is its moving average over that many logged steps, and the
     logged values stay beside it as the series "<name> (raw)" (drawn faint: `curve_colors`).
-    `forecast` (RUN_DIR/forecast.json, see read_forecast) extends the forecast series past the last logged step.
+    `forecast` (RUN_DIR/forecast.json, `rundir.RunDir.forecast`) extends the forecast series past the last logged step.
     """
     frames = {}
     for panel, keys in PANELS.items():
@@ -170,12 +170,6 @@ def curve_frames(metrics: list[dict], smoothing: int = 1, forecast: dict | None 
                 rows += [{"step": step, "value": value, "series": label} for step, value in points]
         frames[panel] = pd.DataFrame(rows, columns=["step", "value", "series"]).astype({"step": "int64", "value": "float64"})
     return frames
-
-
-def read_forecast(run_path: str) -> dict | None:
-    """RUN_DIR/forecast.json (kl none: the success forecast per step), or None."""
-    data = rundir.RunDir(run_path).read_json(rundir.FORECAST)
-    return data if isinstance(data, dict) and isinstance(data.get("steps"), list) else None
 
 
 def _forecast_rows(metrics: list[dict], forecast: dict | None, keys) -> list[dict]:

@@ -78,7 +78,7 @@ def main() -> None:
     with model.disable_adapter():
         base, _ = evaluate.evaluate(model, loaded.tokenizer, rows, reward_fns, success_name, settings, label="base")
     curve = [{"step": 0, "train_s": 0.0, "success": base["pass@1_greedy"]}]
-    checkpoints = sorted((int(name.split("-")[-1]), os.path.join(run.checkpoints_dir, name))
+    checkpoints = sorted((rundir.checkpoint_step(name), os.path.join(run.checkpoints_dir, name))
                          for name in os.listdir(run.checkpoints_dir) if name.startswith("checkpoint-"))
     for step, path in checkpoints:
         name = f"step{step}"

@@ -240,7 +240,7 @@ class RunDir:
         for name in os.listdir(folder):
             if name.startswith("checkpoint-") and name.split("-")[-1].isdigit():
                 if os.path.isfile(os.path.join(folder, name, "trainer_state.json")):
-                    steps.append(int(name.split("-")[-1]))
+                    steps.append(checkpoint_step(name))
         return os.path.join(folder, f"checkpoint-{max(steps)}") if steps else None
 
     # --- writing ---------------------------------------------------------------------------
@@ -349,6 +349,11 @@ class RunDir:
     def metrics(self) -> list[dict]:
         return read_jsonl(self.file(METRICS))
 
+    def forecast(self) -> dict | None:
+        """forecast.json (kl none: the success forecast per step), or None when absent, garbled or empty."""
+        data = self.read_json(FORECAST)
+        return data if isinstance(data, dict) and isinstance(data.get("steps"), list) and data["steps"] else None
+
     def completions(self) -> list[dict]:
         return read_jsonl(self.file(COMPLETIONS))
 
@@ -366,14 +371,24 @@ class RunDir:
         return data
 
 
+def checkpoint_step(path: str) -> int:
+    """The step N of a `checkpoint-N` folder (its path or name)."""
+    return int(os.path.basename(os.path.normpath(path)).rsplit("-", 1)[-1])
+
+
 # --- the step-time breakdown (train/step_timer.py writes it) -----------------------------------
 
 STEP_TIME_KEYS = ("time/generation_s", "time/rewards_s", "time/train_s", "time/other_s")
 
 
+def timed_rows(rows: list[dict]) -> list[dict]:
+    """The metrics rows that carry all four time/<phase>_s numbers."""
+    return [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in STEP_TIME_KEYS)]
+
+
 def eta_seconds(rows: list[dict], max_steps: int, window: int = 5) -> float | None:
     """Seconds left to max_steps at the mean step time of the last `window` logged rows, or None."""
-    timed = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in STEP_TIME_KEYS)]
+    timed = timed_rows(rows)
     if not timed:
         return None
     last = timed[-window:]
@@ -383,7 +398,7 @@ def eta_seconds(rows: list[dict], max_steps: int, window: int = 5) -> float | No
 
 def mean_breakdown(rows: list[dict], skip: int = 1) -> dict[str, float] | None:
     """Mean time/<phase>_s over the rows (the first `skip` steps left out: they include warm-up), or None."""
-    timed = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in STEP_TIME_KEYS)]
+    timed = timed_rows(rows)
     timed = timed[skip:] if len(timed) > skip else timed
     if not timed:
         return None

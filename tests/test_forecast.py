@@ -154,11 +154,11 @@ def test_studio_success_panel_draws_the_band_and_the_forecast_ahead(tmp_path):
                                 "success_predicted_low": 0.05, "success_predicted_high": 0.12})
     run.write_json(rundir.FORECAST, {"steps": [1, 2, 3], "success_predicted": [0.08, 0.2, 0.3],
                                      "success_predicted_low": [0.05, 0.1, 0.2], "success_predicted_high": [0.12, 0.3, 0.5]})
-    frame = runs.curve_frames(run.metrics(), forecast=runs.read_forecast(run.path))["success"]
+    frame = runs.curve_frames(run.metrics(), forecast=run.forecast())["success"]
     band_low = frame[frame["series"] == "forecast band (low)"]
     assert band_low["step"].tolist() == [2, 3, 1] and band_low["value"].tolist() == [0.1, 0.2, 0.05]
     assert set(frame["series"]) == {"success", "success (predicted)", "forecast band (low)", "forecast band (high)"}
-    assert runs.read_forecast(str(tmp_path)) is None
+    assert RunDir(str(tmp_path)).forecast() is None
 
 
 def test_summary_reports_the_forecast_at_the_last_step_and_over_the_last_steps(tmp_path):

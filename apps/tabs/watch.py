@@ -39,7 +39,7 @@ DEFAULT_SMOOTHING = 5
 def curve_views(path: str, metrics: list[dict], smoothing) -> tuple:
     """One plot update per curve panel (smoothed, raw lines faint) and the KL note; the KL plot is hidden
     when the note says why it has nothing to draw."""
-    frames = runs.curve_frames(metrics, smoothing=int(smoothing or 1), forecast=runs.read_forecast(path))
+    frames = runs.curve_frames(metrics, smoothing=int(smoothing or 1), forecast=rundir.RunDir(path).forecast())
     plots = []
     for panel in runs.PANELS:
         frame = frames[panel]

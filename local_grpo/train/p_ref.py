@@ -268,15 +268,9 @@ def forecast_record(fit, band: dict, through: int, params: dict, held_out_prompt
     }
 
 
-def read_forecast(run) -> dict | None:
-    """RUN_DIR/forecast.json, or None when the run has none (a KL run, or p_ref off)."""
-    data = run.read_json(rundir.FORECAST)
-    return data if isinstance(data, dict) and data.get("steps") else None
-
-
 def forecast_summary(run, metrics: list[dict], window: int) -> dict | None:
     """The forecast at the last trained step, and over the summary's last `window` steps next to the measured success."""
-    data = read_forecast(run)
+    data = run.forecast()  # None for a KL run, or p_ref off
     steps = [m["step"] for m in metrics if isinstance(m.get("step"), int)]
     if data is None or not steps:
         return None

@@ -80,7 +80,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
 
         attach_audit(config, run, recorder, callback)
     diagnostics.warn_inert_kl(run, config)
-    start_step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else 0
+    start_step = rundir.checkpoint_step(checkpoint) if checkpoint else 0
     record_reward_files(run, config, recorder, start_step)  # RUN_DIR/reward_code.json and the copies
     run.event("info", f"training started: backend={loaded.backend} device={loaded.device} "
               f"model={loaded.model_path} train={len(train_rows)} held_out={len(held_out)}", step=start_step)
@@ -163,7 +163,7 @@ def open_run(config: Config, resume: bool, overwrite: bool) -> tuple[RunDir, str
     if resume:
         run = RunDir.open(config.output_dir)
         checkpoint = run.last_checkpoint()
-        step = int(checkpoint.rsplit("-", 1)[-1]) if checkpoint else 0
+        step = rundir.checkpoint_step(checkpoint) if checkpoint else 0
         for name in (rundir.METRICS, rundir.COMPLETIONS):
             run.keep_steps_up_to(name, step)
         run.event("info", f"resumed from {'step ' + str(step) if checkpoint else 'the start (no checkpoint yet)'}", step=step)
@@ -192,7 +192,7 @@ def completed_summary(config: Config) -> dict | None:
     checkpoint = run.last_checkpoint()
     if checkpoint is None:
         return None
-    step = int(checkpoint.rsplit("-", 1)[-1])
+    step = rundir.checkpoint_step(checkpoint)
     try:
         with open(os.path.join(checkpoint, "trainer_state.json"), encoding="utf-8") as fh:
             step = int(json.load(fh)["global_step"])
