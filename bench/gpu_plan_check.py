@@ -104,7 +104,7 @@ ITEMS = (
 
 # Modules the items import (checked first, so a missing wheel shows at once).
 NEEDED_MODULES = ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "pyarrow", "pandas",
-                  "bitsandbytes", "math_verify", "gguf", "matplotlib", "yaml")  # unsloth: its own item shows it
+                  "bitsandbytes", "math_verify", "gguf", "matplotlib", "yaml", "threadpoolctl")  # unsloth: its own item shows it
 
 
 # --- the check's inputs: data, model, item configs -----------------------------------------------
@@ -412,7 +412,7 @@ WHEELS = (
     "sentencepiece==0.2.3", "einops==0.8.2", "protobuf==7.36.2", "math-verify==0.9.0",
     "latex2sympy2-extended==1.11.0", "antlr4-python3-runtime==4.13.2", "gguf==0.19.0", "matplotlib==3.11.2",
     "contourpy==1.3.3", "cycler==0.12.1", "fonttools==4.68.0", "kiwisolver==1.5.1", "pyparsing==3.3.3",
-    "pillow==12.3.0",
+    "pillow==12.3.0", "threadpoolctl==3.8.0",
 )
 PLATFORM_FLAGS = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
                   "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_24_x86_64",

@@ -23,7 +23,7 @@ Pure numpy and math; no I/O, no torch (local_grpo/train/p_ref.py wires this to a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -150,16 +150,71 @@ class StepSizeFit:
     def band(self, level: float = BAND_LEVEL) -> dict:
         """{"median", "low", "high"}: per step index n (p_n), the posterior median and central band."""
         tail = (1.0 - level) / 2.0
-        quantiles = np.array([0.5, tail, 1.0 - tail])
-        per_step = [_weighted_quantile(self.mean_paths[:, n], self.posterior, quantiles)
-                    for n in range(self.mean_paths.shape[1])]
-        return {name: [float(q[i]) for q in per_step] for i, name in enumerate(("median", "low", "high"))}
+        per_step = _weighted_quantiles_by_column(self.mean_paths, self.posterior, np.array([0.5, tail, 1.0 - tail]))
+        return {name: per_step[:, i].tolist() for i, name in enumerate(("median", "low", "high"))}
 
     def beta_quantiles(self, level: float = BAND_LEVEL) -> dict:
         """The fitted β: posterior median and the central band, {"median", "low", "high"}."""
         tail = (1.0 - level) / 2.0
         values = _weighted_quantile(self.betas, self.posterior, np.array([0.5, tail, 1.0 - tail]))
         return {name: float(v) for name, v in zip(("median", "low", "high"), values)}
+
+
+@dataclass(frozen=True)
+class StepSizePrior:
+    """What a step-size fit needs before any group is seen: the population grid kept by the held-out
+    counts, its log posterior, its node weights and every β's paths. Built once per run (`prepare_step_size`);
+    each refit (`fit`) adds only the groups' likelihood."""
+
+    log_post: np.ndarray  # [population]
+    node_weights: np.ndarray  # [node, population]
+    betas: np.ndarray
+    paths: np.ndarray  # [β, node, step index]
+    _group_log_likelihoods: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def group_log_likelihood(self, index: int, k: int, n: int) -> np.ndarray:
+        """[β, population]: log P(k of n | sampled by π_index), kept for the next refit."""
+        key = (index, k, n)
+        if key not in self._group_log_likelihoods:
+            p = self.paths[:, :, index]
+            likelihood = (p ** k * (1.0 - p) ** (n - k)) @ self.node_weights
+            self._group_log_likelihoods[key] = np.log(np.maximum(likelihood, 1e-300))
+        return self._group_log_likelihoods[key]
+
+    def fit(self, groups) -> StepSizeFit:
+        """The joint posterior of β and the population given [(step, successes, samples)] per prompt group."""
+        steps = self.paths.shape[2] - 1
+        joint = np.broadcast_to(self.log_post, (len(self.betas), len(self.log_post))).copy()  # [β, population]
+        tallies: dict[tuple, int] = {}
+        for step, k, n in groups:
+            key = (min(max(int(step) - 1, 0), steps), int(k), int(n))
+            tallies[key] = tallies.get(key, 0) + 1
+        for (index, k, n), count in tallies.items():
+            joint += count * self.group_log_likelihood(index, k, n)
+        posterior = _normalised(joint)
+        keep = posterior >= _mass_threshold(posterior.ravel(), 1.0 - NEGLIGIBLE)
+        betas_kept, weights_kept, paths_kept = [], [], []
+        for i in np.flatnonzero(keep.any(axis=1)):  # one β at a time: Σ_j w_j(population)·p_n(q_j; β)
+            columns = np.flatnonzero(keep[i])
+            paths_kept.append(self.node_weights[:, columns].T @ self.paths[i])
+            weights_kept.append(posterior[i, columns])
+            betas_kept.append(np.full(len(columns), self.betas[i]))
+        weights_kept = np.concatenate(weights_kept)
+        return StepSizeFit(betas=np.concatenate(betas_kept), posterior=weights_kept / weights_kept.sum(),
+                           mean_paths=np.concatenate(paths_kept),
+                           observed_steps=tuple(sorted({int(g[0]) for g in groups})))
+
+
+def prepare_step_size(held_out, steps: int, kl="none", norm="meanstd", alpha=0.5, eps=1e-5,
+                      betas=BETA_GRID) -> StepSizePrior:
+    """The groups-independent part of `fit_step_size`: held-out counts [(successes, samples)] per prompt."""
+    a, b, log_prior = _hyper_grid()
+    log_post = log_prior + _held_out_log_likelihood([k for k, _ in held_out], [n for _, n in held_out], a, b)
+    keep = log_post > log_post.max() - 20.0  # the held-out counts alone rule out the rest
+    a, b = a[keep], b[keep]
+    betas = np.asarray(betas, dtype=float)
+    paths = dynamics.trajectories(_sigmoid(Q_LOGITS), betas, kl=kl, norm=norm, alpha=alpha, eps=eps, steps=steps)
+    return StepSizePrior(log_post=log_post[keep], node_weights=_node_weights(a, b), betas=betas, paths=paths)
 
 
 def fit_step_size(held_out, groups, steps: int, kl="none", norm="meanstd", alpha=0.5, eps=1e-5,
@@ -170,33 +225,7 @@ def fit_step_size(held_out, groups, steps: int, kl="none", norm="meanstd", alpha
     groups: [(step, successes, samples)] per prompt group of the run, step >= 1 (step n is sampled
     by π_{n−1}, predicted p_{n−1}). Paths are computed to p_steps. No groups: β keeps its prior.
     """
-    a, b, log_prior = _hyper_grid()
-    log_post = log_prior + _held_out_log_likelihood([k for k, _ in held_out], [n for _, n in held_out], a, b)
-    keep = log_post > log_post.max() - 20.0  # the held-out counts alone rule out the rest
-    a, b, log_post = a[keep], b[keep], log_post[keep]
-    node_weights = _node_weights(a, b)  # [node, population]
-    betas = np.asarray(betas, dtype=float)
-    paths = dynamics.trajectories(_sigmoid(Q_LOGITS), betas, kl=kl, norm=norm, alpha=alpha, eps=eps, steps=steps)
-    joint = np.broadcast_to(log_post, (len(betas), len(a))).copy()  # [β, population]
-    tallies: dict[tuple, int] = {}
-    for step, k, n in groups:
-        key = (min(max(int(step) - 1, 0), steps), int(k), int(n))
-        tallies[key] = tallies.get(key, 0) + 1
-    for (index, k, n), count in tallies.items():
-        p = paths[:, :, index]
-        likelihood = (p ** k * (1.0 - p) ** (n - k)) @ node_weights  # [β, population]
-        joint += count * np.log(np.maximum(likelihood, 1e-300))
-    posterior = _normalised(joint)  # [β, population]
-    keep = posterior >= _mass_threshold(posterior.ravel(), 1.0 - NEGLIGIBLE)
-    betas_kept, weights_kept, paths_kept = [], [], []
-    for i in np.flatnonzero(keep.any(axis=1)):  # one β at a time: Σ_j w_j(population)·p_n(q_j; β)
-        columns = np.flatnonzero(keep[i])
-        paths_kept.append(node_weights[:, columns].T @ paths[i])
-        weights_kept.append(posterior[i, columns])
-        betas_kept.append(np.full(len(columns), betas[i]))
-    weights_kept = np.concatenate(weights_kept)
-    return StepSizeFit(betas=np.concatenate(betas_kept), posterior=weights_kept / weights_kept.sum(),
-                       mean_paths=np.concatenate(paths_kept), observed_steps=tuple(sorted({int(g[0]) for g in groups})))
+    return prepare_step_size(held_out, steps, kl=kl, norm=norm, alpha=alpha, eps=eps, betas=betas).fit(groups)
 
 
 def _mass_threshold(probabilities, mass):
@@ -211,3 +240,20 @@ def _weighted_quantile(values, weights, q):
     v, w = np.asarray(values)[order], np.asarray(weights)[order]
     cdf = np.cumsum(w) - 0.5 * w
     return np.interp(q, cdf, v)
+
+
+def _weighted_quantiles_by_column(values, weights, q):
+    """[column, len(q)]: `_weighted_quantile` of each column of values [point, column].
+
+    Each column is sorted starting from the previous column's order: the paths keep nearly the same
+    order from one step to the next, and a stable sort of nearly sorted data is close to linear.
+    """
+    columns, weights = np.ascontiguousarray(np.asarray(values).T), np.asarray(weights)
+    order = np.argsort(columns[0], kind="stable")
+    quantiles = []
+    for n, column in enumerate(columns):
+        if n:
+            order = order[np.argsort(column[order], kind="stable")]
+        w = weights[order]
+        quantiles.append(np.interp(q, np.cumsum(w) - 0.5 * w, column[order]))
+    return np.array(quantiles)

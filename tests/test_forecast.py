@@ -134,6 +134,21 @@ def test_success_forecast_fits_on_the_first_steps_then_stays(tmp_path):
     assert resumed.at_step(15) == pytest.approx(hook.at_step(15))
 
 
+def test_success_forecast_refits_when_the_fitted_steps_double_and_at_the_last_fit_step(tmp_path):
+    config = Config()
+    config.grpo.beta, config.grpo.max_steps = 0.0, 16
+    run = RunDir.create(str(tmp_path / "run"))
+    measured = p_ref.pool_measurement({"k": 4, "per_prompt": [{"prompt": f"h{i}", "p_ref": 0.0, "successes": 0,
+                                                              "samples": 4} for i in range(8)]})
+    hook = p_ref.SuccessForecast(measured, config, run, fit_steps=10)
+    fitted_through = []
+    for step in range(1, 14):
+        hook.observe(step, _records(step, [min(8, step // 2), 1]))
+        hook(step)
+        fitted_through.append(run.read_json(rundir.FORECAST)["fit_steps"])
+    assert fitted_through == [1, 2, 2, 4, 4, 4, 4, 8, 8, 10, 10, 10, 10]
+
+
 def test_kl_runs_keep_the_papers_prediction_and_kl_none_gets_the_forecast(tmp_path):
     measured = {"k": 4, "per_prompt": [{"prompt": "a", "p_ref": 0.25}]}
     config = Config()

@@ -102,7 +102,7 @@ class RunDirCallback:
                                           exclude_other=values.get("eval/seconds", 0.0)))
         self._logged_step = state.global_step
         record = rundir.MetricsRecord(
-            step=state.global_step, time=round(time.time() - self._started, 2), success=self.recorder.take_success(),
+            step=state.global_step, time=round(time.time() - self._started, 3), success=self.recorder.take_success(),
             success_predicted=values.pop("success_predicted", None), values=values,
         ).to_json()
         self.run.append(rundir.METRICS, record)

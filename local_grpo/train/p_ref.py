@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import time
 
+from threadpoolctl import ThreadpoolController
+
 from .. import dynamics, forecast, rundir
 from ..config import Config
 
@@ -203,9 +205,9 @@ def forecast_params(config: Config) -> dict:
 class SuccessForecast:
     """A metric hook for kl none: success_predicted and its band, from a β fitted to the run's first steps.
 
-    The value logged at step n is the forecast made before step n was scored, from steps
-    1..min(n − 1, FIT_STEPS). After each step up to FIT_STEPS the fit is redone with that step's
-    prompt groups and RUN_DIR/forecast.json (the curve to max_steps) is rewritten; then it stays.
+    The value logged at step n is the forecast made before step n was scored, from the steps fitted
+    so far. The fit is redone, and RUN_DIR/forecast.json (the curve to max_steps) rewritten, after
+    steps 1, 2, 4, 8, ... (each time the fitted steps double) and after step FIT_STEPS; then it stays.
     The p_ref population is fitted with β (forecast.fit_step_size). On --resume the groups come back from completions.jsonl.
     """
 
@@ -215,6 +217,8 @@ class SuccessForecast:
         self.fit_steps = fit_steps
         self.params = params or forecast_params(config)
         self.held_out = held_out_counts(p_ref)
+        self.prior = forecast.prepare_step_size(self.held_out, steps=self.steps, **self.params)
+        self.threads = ThreadpoolController()  # finding the thread pools takes ~10 ms: once, not per refit
         self.groups: dict[tuple, list] = {}  # (step, prompt) -> [successes, samples]
         resumed = [r for r in rundir.iter_jsonl(run.file(rundir.COMPLETIONS)) if r.get("step", 0) <= fit_steps]
         if resumed:
@@ -242,14 +246,17 @@ class SuccessForecast:
 
     def __call__(self, step: int) -> dict:
         values = self.at_step(step)
-        if min(step, self.fit_steps) > self.fit_through:
-            self._refit(min(step, self.fit_steps))
+        through = min(step, self.fit_steps)
+        if through > self.fit_through and (through >= 2 * self.fit_through or through == self.fit_steps):
+            self._refit(through)
         return values
 
     def _refit(self, through: int) -> None:
         observed = [(s, k, n) for (s, _), (k, n) in self.groups.items() if 1 <= s <= through]
-        fit = forecast.fit_step_size(self.held_out, observed, steps=self.steps, **self.params)
-        self.band, self.fit_through = fit.band(), through
+        # numpy's BLAS threads spin for a while after a matmul, taking the cores from torch's next step
+        with self.threads.limit(limits=1, user_api="blas"):
+            fit = self.prior.fit(observed)
+            self.band, self.fit_through = fit.band(), through
         self.run.write_json(rundir.FORECAST, forecast_record(fit, self.band, through, self.params,
                                                              len(self.held_out), len(observed)))
 
