@@ -5,7 +5,10 @@ SmolLM2-135M in fp32, up to 48 new tokens. This script generates exactly that ba
 every run decodes the same number of steps), alternating the variants for --rounds rounds:
 
     plain      model.generate as TRL 1.15 calls it (what training did before)
-    fast       the same inside generation.cpu_sampling_speedups (the shared prefill)
+    prefill    the same with the shared prefill alone (cpu_sampling_speedups with the other two off)
+    fast       inside generation.cpu_sampling_speedups as training runs it: the shared prefill, the output
+               head pre-packed for oneDNN (logits equal to float rounding) and tokens drawn by inverse
+               CDF (same distribution, another random stream: so the tokens differ from plain's)
     bf16       plain under torch.autocast("cpu", bfloat16) (what bf16 autocast would do to generation)
 
 and reports per variant the median seconds for 1 new token (the prefill) and for --new-tokens, the
@@ -14,6 +17,8 @@ decode ms per step ((t_N - t_1) / (N - 1)), and whether the tokens match plain's
     bandwidth bound = bytes of the weights read per decode step / measured read bandwidth
                       (sum over a 1 GiB fp32 tensor that has been written, so it is really in memory)
     compute bound   = 2 * parameters * rows FLOPs per decode step / measured fp32 matmul rate (2048^3)
+    linear pass     = the time of one decode step's matrix products alone with torch's own kernel
+                      (`linear_pass_ms`): what the bounds become with the CPU's skinny-product speed
 
     python bench/generation_speed.py [--rounds 3] [--new-tokens 48] [--no-bf16]
 """
@@ -59,6 +64,24 @@ def matmul_gflops(dtype_name: str = "float32", n: int = 2048) -> float:
     return 2 * n**3 / min(times) / 1e9
 
 
+def linear_pass_ms(model, rows: int) -> float:
+    """One decode step's matrix products alone: `rows` rows times every nn.Linear weight of the model
+    (LoRA's included), each weight visited once as a forward does, so it comes from memory, not cache.
+    Best of 3 passes; the floor for a decode step with torch's own CPU kernel."""
+    import torch
+
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
+    times = []
+    with torch.no_grad():
+        for _ in range(3):
+            t = time.perf_counter()
+            for w in weights:
+                torch.nn.functional.linear(inputs[w.shape[1]], w)
+            times.append(time.perf_counter() - t)
+    return min(times) * 1e3
+
+
 def quickstart_batch(tokenizer, config):
     from local_grpo import data
 
@@ -81,6 +104,7 @@ def timed_generate(model, batch, tokenizer, new_tokens: int, variant: str, seed:
     gen = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True, temperature=1.0,
                            top_p=1.0, top_k=0, pad_token_id=tokenizer.pad_token_id, disable_compile=True)
     context = {"fast": lambda: cpu_sampling_speedups(model),
+               "prefill": lambda: cpu_sampling_speedups(model, pack_output_head=False, inverse_cdf_sampling=False),
                "bf16": lambda: torch.autocast("cpu", dtype=torch.bfloat16)}.get(variant, contextlib.nullcontext)
     torch.manual_seed(seed)
     start = time.perf_counter()
@@ -112,7 +136,7 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
-    variants = ["plain", "fast"] + ([] if args.no_bf16 else ["bf16"])
+    variants = ["plain", "prefill", "fast"] + ([] if args.no_bf16 else ["bf16"])
     times: dict = {v: {"1": [], "n": []} for v in variants}
     same_tokens = {v: True for v in variants}
     for round_ in range(args.rounds):
@@ -125,10 +149,10 @@ def main() -> None:
                 reference = out
             else:
                 same_tokens[variant] &= bool(torch.equal(out, reference))
-            print(f"round {round_ + 1} {variant:5s}: 1 token {t1:.2f} s, {args.new_tokens} tokens {tn:.2f} s",
+            print(f"round {round_ + 1} {variant:7s}: 1 token {t1:.2f} s, {args.new_tokens} tokens {tn:.2f} s",
                   file=sys.stderr, flush=True)
 
-    bandwidth, gflops = read_bandwidth_gbs(), matmul_gflops()
+    bandwidth, gflops, linear_ms = read_bandwidth_gbs(), matmul_gflops(), linear_pass_ms(model, rows)
     bound_bw_ms = weight_bytes / (bandwidth * 1e9) * 1e3
     bound_flops_ms = 2 * params * rows / (gflops * 1e9) * 1e3
     result = {
@@ -138,7 +162,8 @@ def main() -> None:
         "params": params, "weight_bytes": weight_bytes,
         "bounds": {"read_bandwidth_gbs": round(bandwidth, 2), "matmul_fp32_gflops": round(gflops, 1),
                    "bandwidth_bound_ms_per_step": round(bound_bw_ms, 1), "compute_bound_ms_per_step": round(bound_flops_ms, 1),
-                   "bound_ms_per_step": round(max(bound_bw_ms, bound_flops_ms), 1)},
+                   "bound_ms_per_step": round(max(bound_bw_ms, bound_flops_ms), 1),
+                   "linear_pass_ms": round(linear_ms, 1)},
         "variants": {},
     }
     for variant in variants:

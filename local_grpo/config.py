@@ -111,8 +111,9 @@ class GRPOSettings:
     num_iterations: int = _f(1, "Optimisation passes per generated batch (mu in the GRPO paper).")
     epsilon: float = _f(0.2, "PPO-style clipping range.")
     max_steps: int = _f(40, "Optimizer steps to train.")
-    fast_cpu_generation: bool = _f(True, "CPU: compute each repeated prompt's prefill once when sampling (same "
-                                   "tokens, faster; bench/generation_speed.py). false = TRL's plain path.")
+    fast_cpu_generation: bool = _f(True, "CPU: compute each repeated prompt's prefill once, draw tokens by inverse "
+                                   "CDF and read the output head pre-packed when sampling (same distribution, "
+                                   "faster; bench/generation_speed.py). false = TRL's plain path.")
     logging_steps: int = _f(1, "Write metrics every N steps.")
     save_steps: int = _f(10, "Checkpoint every N steps (for --resume).")
     save_total_limit: int = _f(2, "Checkpoints kept.")

@@ -95,12 +95,99 @@ def test_fast_cpu_sampling_gives_the_same_tokens(tiny_lm, sample, one_torch_thre
         torch.manual_seed(7)
         with torch.no_grad():
             if fast:
-                with cpu_sampling_speedups(model):
+                # the shared prefill alone; the packed head and the inverse-CDF sampler: tests below
+                with cpu_sampling_speedups(model, pack_output_head=False, inverse_cdf_sampling=False):
                     outputs.append(model.generate(**batch, generation_config=gen))
             else:
                 outputs.append(model.generate(**batch, generation_config=gen))
     assert torch.equal(outputs[0], outputs[1])
     assert "generate" not in vars(model)  # restored
+
+
+def test_the_packed_output_head_gives_the_same_logits_to_rounding_and_is_removed(tiny_lm, one_torch_thread):
+    import torch
+
+    from local_grpo import generation
+
+    model, tokenizer = tiny_lm
+    batch = _repeated_batch(tokenizer)
+    head = model.get_output_embeddings()
+    assert not head.weight.requires_grad  # frozen under LoRA: the case the packed copy is for
+    with torch.no_grad():
+        plain = model(**batch).logits
+        with generation.packed_output_head(model):
+            assert "forward" in vars(head)
+            packed = model(**batch).logits
+            again = generation._packed_weight(head)
+        assert "forward" not in vars(head)  # restored
+        assert torch.allclose(packed, plain, rtol=1e-5, atol=1e-5 * plain.abs().max().item())
+        assert generation._packed_weight(head) is again  # packed once
+        head.weight.mul_(1.0)  # an in-place change bumps the version: packed again
+        assert generation._packed_weight(head) is not again
+    with generation.packed_output_head(model), torch.enable_grad():
+        hidden = torch.randn(2, head.in_features, requires_grad=True)
+        head(hidden).sum().backward()  # a gradient through the head takes the plain product
+    assert hidden.grad is not None
+
+
+def test_inverse_cdf_sampler_draws_from_the_softmax():
+    import torch
+
+    from local_grpo.generation import InverseCdfSampler
+
+    torch.manual_seed(0)
+    logits = torch.randn(1, 50) * 2
+    logits[0, 3] = float("-inf")  # e.g. EOS suppressed by min_new_tokens
+    draws = 100_000
+    scores = InverseCdfSampler(temperature=0.7)(None, logits.expand(draws, 50).contiguous())
+    assert torch.isinf(scores).sum(-1).eq(49).all()  # one token per row kept, at 0
+    frequency = torch.bincount(scores.argmax(-1), minlength=50).double() / draws
+    expected = torch.softmax(logits[0] / 0.7, -1).double()
+    assert frequency[3] == 0
+    chi2 = (((frequency - expected) ** 2 / expected.clamp_min(1e-12)) * draws)[expected > 0].sum().item()
+    assert chi2 < 90  # 48 degrees of freedom: p < 0.001 above 85
+
+
+def test_inverse_cdf_is_used_for_plain_sampling_only(tiny_lm):
+    from transformers import GenerationConfig
+
+    from local_grpo.generation import InverseCdfSampler, inverse_cdf_kwargs
+
+    model, _ = tiny_lm
+    plain = inverse_cdf_kwargs(model, {"generation_config": GenerationConfig(do_sample=True, temperature=0.9, top_k=0),
+                                       "disable_compile": True, "max_new_tokens": 5})
+    config = plain["generation_config"]
+    assert not config.do_sample and config.max_new_tokens == 5 and config.disable_compile
+    assert isinstance(plain["logits_processor"][-1], InverseCdfSampler) and plain["logits_processor"][-1].temperature == 0.9
+    for other in (dict(do_sample=True, top_k=50), dict(do_sample=True, top_k=0, top_p=0.9),
+                  dict(do_sample=True, top_k=0, min_p=0.1), dict(do_sample=False)):
+        kwargs = {"generation_config": GenerationConfig(**other)}
+        assert inverse_cdf_kwargs(model, kwargs) is kwargs
+
+
+def test_fast_sampling_draws_the_first_token_from_the_models_distribution(tiny_lm, one_torch_thread):
+    import torch
+    from transformers import GenerationConfig
+
+    from local_grpo.generation import cpu_sampling_speedups
+
+    model, tokenizer = tiny_lm
+    rows = 2048
+    batch = tokenizer(["user: What is 12 + 35?\nassistant: "] * rows, return_tensors="pt")
+    gen = GenerationConfig(max_new_tokens=1, do_sample=True, temperature=0.3, top_k=0, pad_token_id=tokenizer.pad_token_id)
+    with torch.no_grad():
+        expected = torch.softmax(model(**{k: v[:1] for k, v in batch.items()}).logits[0, -1] / 0.3, -1).double()
+        torch.manual_seed(3)
+        with cpu_sampling_speedups(model):
+            first = model.generate(**batch, generation_config=gen)[:, -1]
+            torch.manual_seed(3)
+            again = model.generate(**batch, generation_config=gen)[:, -1]
+    assert torch.equal(first, again)  # seeded by torch's generator, like multinomial
+    frequency = torch.bincount(first, minlength=expected.numel()).double() / rows
+    likely = expected > 5 / rows  # bins expected to hold 5 draws or more; the rest pooled
+    assert abs(frequency[~likely].sum() - expected[~likely].sum()) < 0.03  # a temperature off by 20 % misses this
+    chi2 = (((frequency - expected) ** 2 / expected) * rows)[likely].sum().item()
+    assert chi2 < likely.sum().item() + 4 * (2 * likely.sum().item()) ** 0.5
 
 
 def test_repeat_count_finds_the_groups_or_gives_one(tiny_lm):

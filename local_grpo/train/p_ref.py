@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import time
 
-from threadpoolctl import ThreadpoolController
-
 from .. import dynamics, forecast, rundir
 from ..config import Config
 
@@ -218,7 +216,6 @@ class SuccessForecast:
         self.params = params or forecast_params(config)
         self.held_out = held_out_counts(p_ref)
         self.prior = forecast.prepare_step_size(self.held_out, steps=self.steps, **self.params)
-        self.threads = ThreadpoolController()  # finding the thread pools takes ~10 ms: once, not per refit
         self.groups: dict[tuple, list] = {}  # (step, prompt) -> [successes, samples]
         resumed = [r for r in rundir.iter_jsonl(run.file(rundir.COMPLETIONS)) if r.get("step", 0) <= fit_steps]
         if resumed:
@@ -253,10 +250,8 @@ class SuccessForecast:
 
     def _refit(self, through: int) -> None:
         observed = [(s, k, n) for (s, _), (k, n) in self.groups.items() if 1 <= s <= through]
-        # numpy's BLAS threads spin for a while after a matmul, taking the cores from torch's next step
-        with self.threads.limit(limits=1, user_api="blas"):
-            fit = self.prior.fit(observed)
-            self.band, self.fit_through = fit.band(), through
+        fit = self.prior.fit(observed)
+        self.band, self.fit_through = fit.band(), through
         self.run.write_json(rundir.FORECAST, forecast_record(fit, self.band, through, self.params,
                                                              len(self.held_out), len(observed)))
 

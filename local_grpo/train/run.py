@@ -14,6 +14,8 @@ import os
 import sys
 import time
 
+from threadpoolctl import ThreadpoolController
+
 from .. import backends, data, models, plan, rundir
 from ..config import Config, fill_defaults, validate
 from ..config import load as load_config
@@ -86,7 +88,10 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
               f"model={loaded.model_path} train={len(train_rows)} held_out={len(held_out)}", step=start_step)
     started = time.time()
     try:
-        grpo_trainer.train(resume_from_checkpoint=checkpoint)
+        # numpy's OpenBLAS threads spin for a while after each call (the forecast's refits) and take the
+        # cores from torch's next step (bench/overhead.py, 2 cores); numpy needs no second thread here
+        with ThreadpoolController().limit(limits=1, user_api="blas"):
+            grpo_trainer.train(resume_from_checkpoint=checkpoint)
     finally:  # e.g. disk full: end the progress bar so the error prints on a line of its own
         callback.on_train_end(None, None, None)
     if is_main_process():  # multi-process: rank 0 alone writes the run directory
