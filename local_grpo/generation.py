@@ -227,5 +227,3 @@ def _packed_weight(head):
         cached = (key, torch.ops.mkldnn._reorder_linear_weight(head.weight.detach(), 16))
         _PACKED_HEADS[head] = cached
     return cached[1]
-
-

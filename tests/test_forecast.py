@@ -109,12 +109,18 @@ def _records(step, successes_per_group):
             for g, k in enumerate(successes_per_group) for i in range(8)]
 
 
-def test_success_forecast_fits_on_the_first_steps_then_stays(tmp_path):
+def _kl_none_run(tmp_path, max_steps):
+    """A kl-none config, a fresh run directory and a pooled p_ref of 8 prompts at 0/4."""
     config = Config()
-    config.grpo.beta, config.grpo.max_steps = 0.0, 20
+    config.grpo.beta, config.grpo.max_steps = 0.0, max_steps
     run = RunDir.create(str(tmp_path / "run"))
     measured = p_ref.pool_measurement({"k": 4, "per_prompt": [{"prompt": f"h{i}", "p_ref": 0.0, "successes": 0,
                                                               "samples": 4} for i in range(8)]})
+    return config, run, measured
+
+
+def test_success_forecast_fits_on_the_first_steps_then_stays(tmp_path):
+    config, run, measured = _kl_none_run(tmp_path, 20)
     hook = p_ref.SuccessForecast(measured, config, run, fit_steps=4)
     logged = []
     for step in range(1, 9):
@@ -135,11 +141,7 @@ def test_success_forecast_fits_on_the_first_steps_then_stays(tmp_path):
 
 
 def test_success_forecast_refits_when_the_fitted_steps_double_and_at_the_last_fit_step(tmp_path):
-    config = Config()
-    config.grpo.beta, config.grpo.max_steps = 0.0, 16
-    run = RunDir.create(str(tmp_path / "run"))
-    measured = p_ref.pool_measurement({"k": 4, "per_prompt": [{"prompt": f"h{i}", "p_ref": 0.0, "successes": 0,
-                                                              "samples": 4} for i in range(8)]})
+    config, run, measured = _kl_none_run(tmp_path, 16)
     hook = p_ref.SuccessForecast(measured, config, run, fit_steps=10)
     fitted_through = []
     for step in range(1, 14):
