@@ -190,8 +190,9 @@ _PACKED_HEADS = weakref.WeakKeyDictionary()  # head module -> ((weight data_ptr,
 
 @contextmanager
 def packed_output_head(model):
-    """Within the block, a frozen fp32 output head (lm_head, no bias) on the CPU multiplies by its weight
-    pre-packed for oneDNN, when no gradient is taken. Each decode step multiplies 16 rows by the whole
+    """Within the block, a frozen fp32 output head (lm_head, no bias) on the CPU multiplies fp32 inputs by its
+    weight pre-packed for oneDNN, when no gradient is taken and autocast is off (checked per call: accelerate
+    may enter autocast inside the model's forward). Each decode step multiplies 16 rows by the whole
     vocabulary's weight (113 MB for SmolLM2); with the plain weight the CPU re-reads it in a poor order,
     pre-packed it is ~2.5x faster (bench/generation_speed.py). Logits differ from plain by float rounding."""
     import torch
@@ -199,14 +200,13 @@ def packed_output_head(model):
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weight = getattr(head, "weight", None)
     if not (isinstance(head, torch.nn.Linear) and head.bias is None and weight.dtype == torch.float32
-            and weight.device.type == "cpu" and not weight.requires_grad and torch.backends.mkldnn.is_available()
-            and not torch.is_autocast_enabled("cpu")):
+            and weight.device.type == "cpu" and not weight.requires_grad and torch.backends.mkldnn.is_available()):
         yield
         return
     packed = _packed_weight(head)
 
     def forward(hidden):
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or torch.is_autocast_enabled("cpu") or hidden.dtype != torch.float32:
             return torch.nn.functional.linear(hidden, weight)
         return torch.ops.mkldnn._linear_pointwise(hidden, packed, None, "none", [], "")
 

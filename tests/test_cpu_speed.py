@@ -1,5 +1,6 @@
-"""CPU speed paths: the bf16 autocast decision (doctor, config, GRPOConfig) and the faster sampling
-(a shared prefill), which must give the same tokens as plain generation."""
+"""CPU speed paths: the bf16 autocast decision (doctor, config, GRPOConfig) and the faster sampling: a
+shared prefill (the same tokens as plain generation), the inverse-CDF sampler (the model's distribution)
+and the pre-packed output head (the same logits to rounding)."""
 
 from __future__ import annotations
 
@@ -128,6 +129,11 @@ def test_the_packed_output_head_gives_the_same_logits_to_rounding_and_is_removed
         hidden = torch.randn(2, head.in_features, requires_grad=True)
         head(hidden).sum().backward()  # a gradient through the head takes the plain product
     assert hidden.grad is not None
+    with generation.packed_output_head(model), torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # entered inside the block, as in a wrapped forward
+            hidden = torch.randn(2, head.in_features)
+            assert torch.equal(head(hidden), torch.nn.functional.linear(hidden, head.weight))
+            assert head(hidden.bfloat16()).dtype == torch.bfloat16  # the plain product, not oneDNN's fp32 one
 
 
 def test_inverse_cdf_sampler_draws_from_the_softmax():

@@ -70,7 +70,7 @@ class LocalGRPOHooks:
             self.beta = g.beta * g.kl_alpha
         self._policy_logps = None
         self.step_timer = StepTimer()
-        # grpo.fast_cpu_generation: TRL's transformers generation with the repeated prompts' prefill shared
+        # grpo.fast_cpu_generation: TRL's transformers generation inside generation.cpu_sampling_speedups
         self.fast_cpu_generation = bool(kwargs["args"].use_cpu and config.grpo.fast_cpu_generation)
 
     # --- the step-time breakdown: each span timed around TRL's own method ---
