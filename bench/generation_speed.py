@@ -10,6 +10,8 @@ every run decodes the same number of steps), alternating the variants for --roun
                head pre-packed for oneDNN (logits equal to float rounding) and tokens drawn by inverse
                CDF (same distribution, another random stream: so the tokens differ from plain's)
     bf16       plain under torch.autocast("cpu", bfloat16) (what bf16 autocast would do to generation)
+    fast_bf16  fast with bf16 weights (`bf16_weights=True`, what training with bf16 autocast runs; only
+               on CPUs with native bf16)
 
 and reports per variant the median seconds for 1 new token (the prefill) and for --new-tokens, the
 decode ms per step ((t_N - t_1) / (N - 1)), and whether the tokens match plain's. The bounds:
@@ -105,7 +107,8 @@ def timed_generate(model, batch, tokenizer, new_tokens: int, variant: str, seed:
                            top_p=1.0, top_k=0, pad_token_id=tokenizer.pad_token_id, disable_compile=True)
     context = {"fast": lambda: cpu_sampling_speedups(model),
                "prefill": lambda: cpu_sampling_speedups(model, pack_output_head=False, inverse_cdf_sampling=False),
-               "bf16": lambda: torch.autocast("cpu", dtype=torch.bfloat16)}.get(variant, contextlib.nullcontext)
+               "bf16": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+               "fast_bf16": lambda: cpu_sampling_speedups(model, bf16_weights=True)}.get(variant, contextlib.nullcontext)
     torch.manual_seed(seed)
     start = time.perf_counter()
     with torch.no_grad(), context():
@@ -137,6 +140,7 @@ def main() -> None:
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
     variants = ["plain", "prefill", "fast"] + ([] if args.no_bf16 else ["bf16"])
+    variants += ["fast_bf16"] if backends.cpu_bf16_flags() and not args.no_bf16 else []
     times: dict = {v: {"1": [], "n": []} for v in variants}
     same_tokens = {v: True for v in variants}
     for round_ in range(args.rounds):

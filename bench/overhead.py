@@ -88,6 +88,7 @@ def run_ours(model_dir: str, steps: int, workdir: str, flags: list[str]) -> dict
     cmd = [sys.executable, "-m", "local_grpo.cli", "train", "--model", model_dir, "--backend", "hf",
            "--task", "arithmetic", "--num-train", "160", "--num-heldout", "40", "--max-steps", str(steps),
            "--save-steps", str(steps), "--lora-r", "16", "--lora-alpha", "32", "--dtype", "float32",
+           "--cpu-autocast", "off",  # fp32 like the bare script (bf16=False), on any CPU
            "--output", out, "--json", "--rewards", "correct_numeric,format_soft:0.2", *flags]
     for key, value in SETTINGS.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]

@@ -33,6 +33,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None, help="grpo.seed (default: the config's)")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "quickstart.json"))
     parser.add_argument("--keep-run", default=None, help="copy the run directory here afterwards")
+    parser.add_argument("--cpu-autocast", choices=["auto", "bf16", "off"], default=None,
+                        help="model.cpu_autocast (default: the config's); off = fp32, for the bf16 side by side")
     parser.add_argument("--eval-max-new-tokens", type=int, default=64,
                         help="greedy tokens for the held-out eval (64, as the anchor's eval)")
     parser.add_argument("--eval-only", metavar="RUN_DIR", default=None,
@@ -57,6 +59,8 @@ def main() -> None:
             config.grpo.max_steps = args.max_steps
         if args.seed is not None:
             config.grpo.seed = args.seed
+        if args.cpu_autocast:
+            config.model.cpu_autocast = args.cpu_autocast
         config.grpo.save_steps = args.eval_every
         config.grpo.save_total_limit = 1000
         config.output_dir = os.path.join(work, "run")
@@ -107,7 +111,8 @@ def main() -> None:
         "first_checkpoint_at_or_above_anchor": reached(ANCHOR["after"]),
         "first_checkpoint_at_or_above_0.70": reached(0.70),
         "first_checkpoint_at_or_above_0.575": reached(0.575),
-        "seed": config.grpo.seed, "step_time_breakdown": rundir.mean_breakdown(metrics),
+        "seed": config.grpo.seed, "cpu_autocast": summary.get("cpu_autocast"),
+        "cpu_bf16_flags": backends.cpu_bf16_flags(), "step_time_breakdown": rundir.mean_breakdown(metrics),
         "best_within_7_min": best_within(420), "best_within_15_min": best_within(900),
         "train_summary": summary, "load_average_at_end": os.getloadavg()[0], "cpu_count": os.cpu_count(),
     }

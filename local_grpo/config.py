@@ -53,7 +53,8 @@ class ModelConfig:
     dtype: str = _f("auto", "Compute dtype: auto (bfloat16 on GPUs that support it, float32 on CPU), float32, bfloat16, float16.")
     max_seq_length: int = _f(512, "Longest prompt + completion in tokens (Unsloth's max_seq_length).")
     cpu_autocast: str = _f("auto", "CPU training: auto (bf16 autocast when the CPU has native bf16, AVX512-BF16 or "
-                           "AMX, else fp32), bf16, or off (force fp32). LoRA weights and optimizer stay fp32.")
+                           "AMX, else fp32), bf16, or off (force fp32). LoRA weights and optimizer stay fp32; "
+                           "under bf16, fast CPU generation samples with bf16 copies of the weights.")
     gguf_file: str | None = _f(None, "Load a GGUF file inside the model folder (converted once to a cached HF folder).")
 
 

@@ -118,17 +118,20 @@ def generate_sharing_prefill(generate_fn, model, input_ids, attention_mask, **kw
 
 
 @contextmanager
-def cpu_sampling_speedups(model, pack_output_head: bool = True, inverse_cdf_sampling: bool = True):
+def cpu_sampling_speedups(model, pack_output_head: bool = True, inverse_cdf_sampling: bool = True,
+                          bf16_weights: bool = False):
     """Within the block, `model.generate` computes each repeated prompt's prefill once
     (`generate_sharing_prefill`; the prefill of 8 copies is ~15 % of a CPU step), with
-    `inverse_cdf_sampling` draws plain sampling's tokens by inverse CDF (`inverse_cdf_kwargs`), and with
-    `pack_output_head` the output head reads a pre-packed copy of its weight (`packed_output_head`)."""
+    `inverse_cdf_sampling` draws plain sampling's tokens by inverse CDF (`inverse_cdf_kwargs`), with
+    `pack_output_head` the output head reads a pre-packed copy of its weight (`packed_output_head`), and
+    with `bf16_weights` (CPUs with native bf16) the whole model computes in bf16 (`bf16_weights_for_sampling`)."""
     import functools
 
     original = model.generate
     model.generate = functools.partial(_fast_generate, original, model, inverse_cdf_sampling)
     try:
-        with packed_output_head(model) if pack_output_head else nullcontext():
+        with bf16_weights_for_sampling(model) if bf16_weights else nullcontext(), \
+                packed_output_head(model) if pack_output_head else nullcontext():
             yield model
     finally:
         del model.generate
@@ -183,6 +186,84 @@ class InverseCdfSampler:
         draw = torch.rand(scores.shape[0], 1, dtype=torch.float64, device=scores.device) * cdf[:, -1:]
         tokens = torch.searchsorted(cdf, draw, right=True).clamp_(max=scores.shape[-1] - 1)
         return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
+
+
+_BF16_COPIES = None  # frozen fp32 parameter -> ((data_ptr, version), its bf16 copy); torch's weak tensor-key dict
+
+
+@contextmanager
+def bf16_weights_for_sampling(model):
+    """Within the block, `model` samples in bf16: every fp32 parameter is a bf16 copy, restored on exit, and
+    a PEFT LoRA model's adapters are merged into the copies of their layers' weights and switched off (one
+    product per layer instead of three); for sampling (no gradient) on CPUs with native bf16 matrix products.
+    Under bf16 autocast each product casts its fp32 weight again (frozen weights are not in autocast's cache)
+    and LoRA's inputs go back and forth between dtypes; in bf16 nothing is cast, and a 16-row decode step
+    takes well under the fp32 one (bench/generation_speed.py). Frozen weights are copied once and again only
+    when they change; merged and trainable ones at every entry. Tied weights stay tied. Samples come from
+    the bf16-rounded policy, as from vLLM's bf16 engine on a GPU."""
+    import torch
+
+    copies = _merged_lora_weights(model)  # id(base weight) -> bf16 (W + ΔW); empty when not mergeable
+    merged = bool(copies)
+    swapped = []
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is None or param.dtype != torch.float32 or param.device.type != "cpu":
+                continue
+            if id(param) not in copies:  # one copy per tensor, so tied weights stay tied
+                copies[id(param)] = _bf16_copy(param)
+            swapped.append((module, name, param))
+            module._parameters[name] = copies[id(param)]
+    try:
+        with torch.no_grad(), model.disable_adapter() if merged else nullcontext():
+            yield
+    finally:
+        for module, name, param in swapped:
+            module._parameters[name] = param
+
+
+def _merged_lora_weights(model) -> dict:
+    """id(base weight) -> bf16 copy of the weight plus its active LoRA adapters' ΔW, for every LoRA layer of a
+    PEFT model with plain LoRA on nn.Linear (no DoRA, nothing merged or disabled); {} for anything else."""
+    import torch
+
+    try:
+        from peft.tuners.lora import LoraLayer
+    except ImportError:
+        return {}
+    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    plain = hasattr(model, "disable_adapter") and layers and all(
+        isinstance(m.base_layer, torch.nn.Linear) and not m.merged and not m.disable_adapters
+        and not any(m.use_dora.get(a, False) for a in m.active_adapters) for m in layers)
+    if not plain:
+        return {}
+    merged = {}
+    with torch.no_grad():
+        for m in layers:
+            weight = m.base_layer.weight
+            total = weight.detach().clone()
+            for adapter in m.active_adapters:
+                if adapter in m.lora_A:
+                    total += m.get_delta_weight(adapter)
+            merged[id(weight)] = torch.nn.Parameter(total.to(torch.bfloat16), requires_grad=False)
+    return merged
+
+
+def _bf16_copy(param):
+    global _BF16_COPIES
+    import torch
+    from torch.utils.weak import WeakTensorKeyDictionary
+
+    if _BF16_COPIES is None:
+        _BF16_COPIES = WeakTensorKeyDictionary()
+    if param.requires_grad:
+        return torch.nn.Parameter(param.detach().to(torch.bfloat16), requires_grad=False)
+    key = (param.data_ptr(), param._version)
+    cached = _BF16_COPIES.get(param)
+    if cached is None or cached[0] != key:
+        cached = (key, torch.nn.Parameter(param.detach().to(torch.bfloat16), requires_grad=False))
+        _BF16_COPIES[param] = cached
+    return cached[1]
 
 
 _PACKED_HEADS = weakref.WeakKeyDictionary()  # head module -> ((weight data_ptr, version), packed weight)

@@ -136,6 +136,48 @@ def test_the_packed_output_head_gives_the_same_logits_to_rounding_and_is_removed
             assert head(hidden.bfloat16()).dtype == torch.bfloat16  # the plain product, not oneDNN's fp32 one
 
 
+def test_bf16_weights_for_sampling_swap_every_weight_and_restore_them(tiny_lm, one_torch_thread):
+    import torch
+
+    from local_grpo import generation
+
+    model, tokenizer = tiny_lm
+    batch = _repeated_batch(tokenizer)
+    before = {name: p for name, p in model.named_parameters()}
+    lora_a = next(p for name, p in before.items() if "lora_A" in name)
+    frozen = model.get_input_embeddings().weight
+    with torch.no_grad():
+        plain = model(**batch).logits
+        lora_layer = next(m for m in model.modules() if hasattr(m, "lora_A") and m.lora_A)
+        with generation.bf16_weights_for_sampling(model):
+            assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+            assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # still tied
+            assert lora_layer.disable_adapters  # merged into the bf16 copy of its base weight instead
+            inside = model(**batch).logits
+            first_copy = model.get_input_embeddings().weight
+        assert dict(model.named_parameters()) == before  # the same fp32 tensors are back
+        assert {p.dtype for p in model.parameters()} == {torch.float32} and not lora_layer.disable_adapters
+        without_lora = model.get_base_model()
+        with generation.bf16_weights_for_sampling(without_lora):  # LoRA kept as its own bf16 products
+            assert not lora_layer.disable_adapters
+            unmerged = without_lora(**batch).logits
+        with model.disable_adapter():
+            base = model(**batch).logits
+        scale = plain.abs().max()
+        for logits in (inside, unmerged):  # bf16 rounding of the adapted model, not the base model
+            assert (logits.float() - plain).abs().max() < 0.05 * scale
+        assert (base - plain).abs().max() > 0.2 * scale  # the adapter (init_lora_weights=False) matters
+        lora_a.add_(1.0)  # a trainable weight changes between steps: copied anew
+        with generation.bf16_weights_for_sampling(model):
+            assert model.get_input_embeddings().weight is first_copy  # a frozen one is copied once
+            current = next(p for name, p in model.named_parameters() if "lora_A" in name)
+            assert torch.equal(current, lora_a.bfloat16())
+        lora_a.sub_(1.0)
+        frozen.mul_(1.0)  # an in-place change of a frozen weight: copied again
+        with generation.bf16_weights_for_sampling(model):
+            assert model.get_input_embeddings().weight is not first_copy
+
+
 def test_inverse_cdf_sampler_draws_from_the_softmax():
     import torch
 
@@ -218,6 +260,8 @@ def test_a_bf16_autocast_run_trains_and_keeps_lora_and_optimizer_fp32(tiny_confi
     def record(module, args):
         if torch.is_grad_enabled():  # the loss forward, not generation
             seen["autocast"] = torch.is_autocast_enabled("cpu")
+        else:  # sampling (step 2's): with bf16 weights
+            seen["sampling_dtype"] = module.weight.dtype
 
     def spy(self, model, inputs):
         if not seen:
@@ -234,5 +278,6 @@ def test_a_bf16_autocast_run_trains_and_keeps_lora_and_optimizer_fp32(tiny_confi
         trainer_mod.LocalGRPOHooks._compute_loss = original
     assert seen["autocast"] is True  # the policy forward of the loss ran under CPU bf16 autocast
     assert seen["lora_dtypes"] == {torch.float32}
+    assert seen["sampling_dtype"] == torch.bfloat16  # generation.bf16_weights_for_sampling
     rows = [r for r in rundir.RunDir(tiny_config.output_dir).metrics() if "reward" in r]
     assert len(rows) == 2 and all(r["loss"] == r["loss"] for r in rows)  # finite losses

@@ -6,7 +6,7 @@ import os
 import pytest
 from safetensors.torch import load_file
 
-from local_grpo import rundir, train
+from local_grpo import backends, rundir, train
 from local_grpo.errors import UserError
 from local_grpo.rundir import RunDir
 
@@ -44,6 +44,8 @@ def test_hf_backend_trains_and_writes_the_run_directory(tiny_config):
     lora_b = [t for name, t in tensors.items() if "lora_B" in name]
     assert lora_b and any(t.abs().sum() > 0 for t in lora_b)
     assert summary["steps"] == 2 and summary["run_dir"] == run.path
+    # what the run computed in: bf16 autocast where this CPU has native bf16 (auto), else fp32 (None)
+    assert summary["cpu_autocast"] == ("bfloat16" if backends.cpu_bf16_flags() else None)
 
 
 def test_existing_run_directory_is_never_overwritten(tiny_config):

@@ -273,6 +273,7 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
         "adapter": run.adapter_dir,
         "backend": loaded.backend,
         "device": loaded.device,
+        "cpu_autocast": backends.cpu_autocast_dtype(config, loaded.device != "cpu"),  # "bfloat16" or None (fp32)
         "model": config.model.name,
         "steps": metrics[-1]["step"] if metrics else 0,
         "train_seconds": round(seconds, 1),

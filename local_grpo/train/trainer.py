@@ -89,7 +89,9 @@ class LocalGRPOHooks:
         from ..generation import cpu_sampling_speedups
 
         fast = self.fast_cpu_generation and not self.use_vllm
-        with self.step_timer.span("generation"), (cpu_sampling_speedups(self.model) if fast else nullcontext()):
+        # under CPU bf16 autocast (model.cpu_autocast), sampling computes in bf16 weights as well
+        speedups = cpu_sampling_speedups(self.model, bf16_weights=self.args.bf16) if fast else nullcontext()
+        with self.step_timer.span("generation"), speedups:
             return super()._generate_single_turn(*args, **kwargs)
 
     def _calculate_rewards(self, *args, **kwargs):
