@@ -224,7 +224,8 @@ def bf16_weights_for_sampling(model):
 
 def _merged_lora_weights(model) -> dict:
     """id(base weight) -> bf16 copy of the weight plus its active LoRA adapters' ΔW, for every LoRA layer of a
-    PEFT model with plain LoRA on nn.Linear (no DoRA, nothing merged or disabled); {} for anything else."""
+    PEFT model with plain LoRA on fp32 nn.Linear (no DoRA, no 4-bit, nothing merged or disabled); {} for
+    anything else (its adapters then run as their own bf16 products)."""
     import torch
 
     try:
@@ -233,7 +234,8 @@ def _merged_lora_weights(model) -> dict:
         return {}
     layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
     plain = hasattr(model, "disable_adapter") and layers and all(
-        isinstance(m.base_layer, torch.nn.Linear) and not m.merged and not m.disable_adapters
+        isinstance(m.base_layer, torch.nn.Linear) and m.base_layer.weight.dtype == torch.float32  # not 4-bit
+        and not m.merged and not m.disable_adapters
         and not any(m.use_dora.get(a, False) for a in m.active_adapters) for m in layers)
     if not plain:
         return {}

@@ -268,6 +268,9 @@ def test_a_bf16_autocast_run_trains_and_keeps_lora_and_optimizer_fp32(tiny_confi
             seen["lora_dtypes"] = {p.dtype for p in model.parameters() if p.requires_grad}
             layer = next(m for name, m in model.named_modules() if name.endswith("q_proj.base_layer"))
             layer.register_forward_pre_hook(record)
+            lora_layer = next(m for name, m in model.named_modules() if name.endswith("q_proj"))
+            lora_layer.register_forward_pre_hook(
+                lambda m, a: None if torch.is_grad_enabled() else seen.__setitem__("merged", m.disable_adapters))
         return original(self, model, inputs)
 
     tiny_config.model.cpu_autocast = "bf16"
@@ -278,6 +281,7 @@ def test_a_bf16_autocast_run_trains_and_keeps_lora_and_optimizer_fp32(tiny_confi
         trainer_mod.LocalGRPOHooks._compute_loss = original
     assert seen["autocast"] is True  # the policy forward of the loss ran under CPU bf16 autocast
     assert seen["lora_dtypes"] == {torch.float32}
-    assert seen["sampling_dtype"] == torch.bfloat16  # generation.bf16_weights_for_sampling
+    assert seen["sampling_dtype"] == torch.bfloat16  # generation.bf16_weights_for_sampling ...
+    assert seen["merged"] is True  # ... with the adapter merged into the bf16 copy, its own products off
     rows = [r for r in rundir.RunDir(tiny_config.output_dir).metrics() if "reward" in r]
     assert len(rows) == 2 and all(r["loss"] == r["loss"] for r in rows)  # finite losses
