@@ -27,7 +27,9 @@ def assert_trained_run(run_dir, steps):
     completions = open(os.path.join(run_dir, "completions.jsonl")).read().splitlines()
     assert completions and all(json.loads(line)["rewards"] for line in completions)
     tensors = load_file(os.path.join(run_dir, "adapter", "adapter_model.safetensors"))
-    assert any(t.abs().sum() > 0 for name, t in tensors.items() if "lora_B" in name), "LoRA weights did not move"
+    zero_std = [m.get("frac_reward_zero_std") for m in metrics]
+    assert any(t.abs().sum() > 0 for name, t in tensors.items() if "lora_B" in name), \
+        f"LoRA weights did not move (fraction of groups with equal rewards per step: {zero_std})"
 
 
 def test_unsloth_backend_trains_in_a_subprocess(tiny_model_dir, tmp_path):
@@ -43,9 +45,12 @@ def test_unsloth_backend_trains_in_a_subprocess(tiny_model_dir, tmp_path):
 
 @pytest.mark.e2e
 def test_embedded_smollm2_trains_through_the_cli(tmp_path):
+    # the quickstart's own recipe for 2 steps: its one-line system prompt gives the base model groups with
+    # reward variance from step 1 (the task's default prompt at a short cap can give 16 equal rewards, and
+    # then no gradient: whether that happens depends on the CPU's numerics, bf16 or fp32)
     run_dir = tmp_path / "run"
-    result = run_cli(["train", "--model", "embedded", "--backend", "hf", *FAST, "--max-completion-length", "24",
-                      "--learning-rate", "0.0005", "--output", str(run_dir)], cwd=tmp_path)
+    result = run_cli(["train", "--config", os.path.join(REPO, "configs", "cpu-quickstart.yaml"), "--backend", "hf",
+                      "--max-steps", "2", "--save-steps", "1", "--output", str(run_dir)], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "success" in result.stdout and str(run_dir) in result.stdout
     assert_trained_run(run_dir, 2)
