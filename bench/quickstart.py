@@ -25,7 +25,7 @@ REPO = os.path.dirname(HERE)
 ANCHOR = {"before": 0.125, "after": 0.525, "steps": 40, "train_s": 843.5}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", default=os.path.join(REPO, "configs", "cpu-quickstart.yaml"))
     parser.add_argument("--max-steps", type=int, default=None)
@@ -39,11 +39,36 @@ def main() -> None:
                         help="greedy tokens for the held-out eval (64, as the anchor's eval)")
     parser.add_argument("--eval-only", metavar="RUN_DIR", default=None,
                         help="skip training: evaluate an existing run's checkpoints (kept with --keep-run)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def train_run(args, work: str):
+    """Train with the bench's settings into WORK/run: (config, run, summary, wall seconds)."""
+    from local_grpo import config as config_mod
+    from local_grpo import train
+    from local_grpo.rundir import RunDir
+
+    config = config_mod.load(args.config)
+    if args.max_steps:
+        config.grpo.max_steps = args.max_steps
+    if args.seed is not None:
+        config.grpo.seed = args.seed
+    if args.cpu_autocast:
+        config.model.cpu_autocast = args.cpu_autocast
+    config.grpo.save_steps = args.eval_every
+    config.grpo.save_total_limit = 1000
+    config.output_dir = os.path.join(work, "run")
+    started = time.time()
+    summary = train.train(config, progress=True)
+    return config, RunDir.open(config.output_dir), summary, time.time() - started
+
+
+def main() -> None:
+    args = parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from local_grpo import config as config_mod
-    from local_grpo import evaluate, train
+    from local_grpo import evaluate
     from local_grpo import rundir
     from local_grpo.rundir import RunDir
 
@@ -54,20 +79,7 @@ def main() -> None:
         summary = run.read_json("summary.json")
         wall = None
     else:
-        config = config_mod.load(args.config)
-        if args.max_steps:
-            config.grpo.max_steps = args.max_steps
-        if args.seed is not None:
-            config.grpo.seed = args.seed
-        if args.cpu_autocast:
-            config.model.cpu_autocast = args.cpu_autocast
-        config.grpo.save_steps = args.eval_every
-        config.grpo.save_total_limit = 1000
-        config.output_dir = os.path.join(work, "run")
-        started = time.time()
-        summary = train.train(config, progress=True)
-        wall = time.time() - started
-        run = RunDir.open(config.output_dir)
+        config, run, summary, wall = train_run(args, work)
     metrics = run.metrics()
     seconds_at_step = {m["step"]: m["time"] for m in metrics}
 
