@@ -14,6 +14,7 @@ overrides:
     _generate_single_turn,              TRL runs it; time/<phase>_s in metrics.jsonl
     _calculate_rewards
     _generate_single_turn (again)       on CPU, grpo.fast_cpu_generation: generation.cpu_sampling_speedups
+                                        (with bf16 weights when CPU training runs under bf16 autocast)
 
 On CPU it also installs a torch path for TRL 1.15's Triton-only fused log-prob kernel
 (`install_cpu_logprob`), the one module-level patch we make; remove it once trl >= 1.16 is allowed.
