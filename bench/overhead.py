@@ -60,7 +60,8 @@ args = GRPOConfig(output_dir=os.path.join(out, "ckpt"), use_cpu=True, bf16=False
                   max_steps=steps, save_strategy="no", per_device_train_batch_size=S["per_device_train_batch_size"],
                   num_generations=S["num_generations"], max_completion_length=S["max_completion_length"],
                   learning_rate=S["learning_rate"], beta=0.0, gradient_checkpointing=False, seed=42,
-                  lr_scheduler_type="constant", disable_tqdm=True)
+                  lr_scheduler_type="constant", disable_tqdm=True,
+                  generation_kwargs={"min_new_tokens": S["max_completion_length"]})
 trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[correct, fmt], args=args,
                       train_dataset=Dataset.from_list(rows),
                       peft_config=LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"], task_type="CAUSAL_LM"))
@@ -89,6 +90,9 @@ def run_ours(model_dir: str, steps: int, workdir: str, flags: list[str]) -> dict
            "--task", "arithmetic", "--num-train", "160", "--num-heldout", "40", "--max-steps", str(steps),
            "--save-steps", str(steps), "--lora-r", "16", "--lora-alpha", "32", "--dtype", "float32",
            "--cpu-autocast", "off",  # fp32 like the bare script (bf16=False), on any CPU
+           # every completion runs to the cap (EOS suppressed, as in the bare script), so both sides generate
+           # the same number of tokens whatever the rewards teach
+           "--trl", f"generation_kwargs={{min_new_tokens: {SETTINGS['max_completion_length']}}}",
            "--output", out, "--json", "--rewards", "correct_numeric,format_soft:0.2", *flags]
     for key, value in SETTINGS.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
