@@ -10,6 +10,9 @@ step, medians over the steps after a warm-up:
     wall       the whole step, from one step's end to the next: step_time + optimizer + every callback
                (ours: consecutive `time` stamps of metrics.jsonl; bare: a callback's stamps)
 
+Both sides generate every completion to the cap (EOS suppressed), so that lengths learned from the two
+sides' different rewards do not count as overhead.
+
 The ratio is ours / bare of the pooled medians (and of the means, where a rare slow step, such as
 a forecast refit, counts in full); its 95 % interval comes from resampling the rounds (bootstrap,
 2,000 draws, seed 0), so round-to-round drift in load shows up in it.
