@@ -252,19 +252,28 @@ def _merged_lora_weights(model) -> dict:
 
 
 def _bf16_copy(param):
+    """A frozen bf16 copy of `param`: made anew for a trainable one, kept (`_derived_from`) for a frozen one."""
     global _BF16_COPIES
     import torch
     from torch.utils.weak import WeakTensorKeyDictionary
 
+    def to_bf16(tensor):
+        return torch.nn.Parameter(tensor.to(torch.bfloat16), requires_grad=False)
+
+    if param.requires_grad:
+        return to_bf16(param.detach())
     if _BF16_COPIES is None:
         _BF16_COPIES = WeakTensorKeyDictionary()
-    if param.requires_grad:
-        return torch.nn.Parameter(param.detach().to(torch.bfloat16), requires_grad=False)
-    key = (param.data_ptr(), param._version)
-    cached = _BF16_COPIES.get(param)
+    return _derived_from(_BF16_COPIES, param, param, to_bf16)
+
+
+def _derived_from(cache, owner, tensor, make):
+    """`make(tensor.detach())`, kept in `cache[owner]` and made again only when the tensor's storage or
+    version changes (an in-place update, a reload)."""
+    key = (tensor.data_ptr(), tensor._version)
+    cached = cache.get(owner)
     if cached is None or cached[0] != key:
-        cached = (key, torch.nn.Parameter(param.detach().to(torch.bfloat16), requires_grad=False))
-        _BF16_COPIES[param] = cached
+        cached = cache[owner] = (key, make(tensor.detach()))
     return cached[1]
 
 
@@ -304,9 +313,4 @@ def _packed_weight(head):
     """oneDNN's layout of `head.weight` for a 16-row product, packed once and again only when the weight changes."""
     import torch
 
-    key = (head.weight.data_ptr(), head.weight._version)
-    cached = _PACKED_HEADS.get(head)
-    if cached is None or cached[0] != key:
-        cached = (key, torch.ops.mkldnn._reorder_linear_weight(head.weight.detach(), 16))
-        _PACKED_HEADS[head] = cached
-    return cached[1]
+    return _derived_from(_PACKED_HEADS, head, head.weight, lambda w: torch.ops.mkldnn._reorder_linear_weight(w, 16))
