@@ -35,7 +35,7 @@ KAPPA_POINTS = 13
 Q_LOGITS = np.linspace(-14.0, 10.0, 97)  # nodes of a prompt's p_ref, in log-odds
 BETA_GRID = np.geomspace(0.02, 20000.0, 161)  # candidate step sizes (inverse), log-uniform prior
 BAND_LEVEL = 0.8  # central credible band: the 10th to the 90th percentile
-NEGLIGIBLE = 1e-4  # the least likely grid points holding this much posterior mass in all are left out of the band
+BAND_POINTS = 4096  # draws from the joint posterior that the band's quantiles are read from
 
 
 @dataclass(frozen=True)
@@ -131,32 +131,31 @@ def _node_weights(a, b):
 
 @dataclass(frozen=True)
 class StepSizeFit:
-    """The joint posterior over (β, population) on the grid points that carry mass.
+    """The joint posterior over (β, population), summarised.
 
-    betas[i], posterior[i]: β and the probability of grid point i; mean_paths[i, n]: the predicted
-    mean success p_n there; observed_steps: the steps whose groups were used.
+    betas, beta_posterior: the β grid and β's marginal posterior (exact); mean_paths[i, n], weights[i]: the
+    predicted mean success p_n at points drawn from the joint posterior (`_systematic_sample`) and their
+    probabilities; p_ref_mean: the posterior mean of the starting success p_0 (exact); observed_steps:
+    the steps whose groups were used.
     """
 
     betas: np.ndarray
-    posterior: np.ndarray
+    beta_posterior: np.ndarray
     mean_paths: np.ndarray
+    weights: np.ndarray
+    p_ref_mean: float
     observed_steps: tuple
-
-    @property
-    def p_ref_mean(self) -> float:
-        """Posterior mean of the population's starting success (p_0)."""
-        return float(self.posterior @ self.mean_paths[:, 0])
 
     def band(self, level: float = BAND_LEVEL) -> dict:
         """{"median", "low", "high"}: per step index n (p_n), the posterior median and central band."""
         tail = (1.0 - level) / 2.0
-        per_step = _weighted_quantiles_by_column(self.mean_paths, self.posterior, np.array([0.5, tail, 1.0 - tail]))
+        per_step = _weighted_quantiles_by_column(self.mean_paths, self.weights, np.array([0.5, tail, 1.0 - tail]))
         return {name: per_step[:, i].tolist() for i, name in enumerate(("median", "low", "high"))}
 
     def beta_quantiles(self, level: float = BAND_LEVEL) -> dict:
         """The fitted β: posterior median and the central band, {"median", "low", "high"}."""
         tail = (1.0 - level) / 2.0
-        values = _weighted_quantile(self.betas, self.posterior, np.array([0.5, tail, 1.0 - tail]))
+        values = _weighted_quantile(self.betas, self.beta_posterior, np.array([0.5, tail, 1.0 - tail]))
         return {name: float(v) for name, v in zip(("median", "low", "high"), values)}
 
 
@@ -192,16 +191,14 @@ class StepSizePrior:
         for (index, k, n), count in tallies.items():
             joint += count * self.group_log_likelihood(index, k, n)
         posterior = _normalised(joint)
-        keep = posterior >= _mass_threshold(posterior.ravel(), 1.0 - NEGLIGIBLE)
-        betas_kept, weights_kept, paths_kept = [], [], []
-        for i in np.flatnonzero(keep.any(axis=1)):  # one β at a time: Σ_j w_j(population)·p_n(q_j; β)
-            columns = np.flatnonzero(keep[i])
-            paths_kept.append(self.node_weights[:, columns].T @ self.paths[i])
-            weights_kept.append(posterior[i, columns])
-            betas_kept.append(np.full(len(columns), self.betas[i]))
-        weights_kept = np.concatenate(weights_kept)
-        return StepSizeFit(betas=np.concatenate(betas_kept), posterior=weights_kept / weights_kept.sum(),
-                           mean_paths=np.concatenate(paths_kept),
+        rows, columns, weights = _systematic_sample(posterior, BAND_POINTS)
+        mean_paths = np.empty((len(rows), steps + 1))
+        for i in np.unique(rows):  # one β at a time: Σ_j w_j(population)·p_n(q_j; β)
+            chosen = rows == i
+            mean_paths[chosen] = self.node_weights[:, columns[chosen]].T @ self.paths[i]
+        population = posterior.sum(axis=0)
+        return StepSizeFit(betas=self.betas, beta_posterior=posterior.sum(axis=1), mean_paths=mean_paths,
+                           weights=weights, p_ref_mean=float(population @ (self.paths[0, :, 0] @ self.node_weights)),
                            observed_steps=tuple(sorted({int(g[0]) for g in groups})))
 
 
@@ -228,10 +225,17 @@ def fit_step_size(held_out, groups, steps: int, kl="none", norm="meanstd", alpha
     return prepare_step_size(held_out, steps, kl=kl, norm=norm, alpha=alpha, eps=eps, betas=betas).fit(groups)
 
 
-def _mass_threshold(probabilities, mass):
-    """The smallest probability among the most likely points that together hold `mass`."""
-    ordered = np.sort(probabilities)[::-1]
-    return ordered[min(int(np.searchsorted(np.cumsum(ordered), mass)), len(ordered) - 1)]
+def _systematic_sample(probabilities, points: int):
+    """(rows, columns, weights): `points` equally spaced draws from a 2-D distribution, repeats merged.
+
+    Systematic resampling (one fixed offset, so the same posterior gives the same points): the band's
+    quantiles come from these instead of every grid point, which costs the same whatever the grid's size.
+    """
+    cdf = np.cumsum(probabilities.ravel())
+    drawn = np.searchsorted(cdf, (np.arange(points) + 0.5) / points * cdf[-1], side="right")
+    flat, counts = np.unique(np.minimum(drawn, cdf.size - 1), return_counts=True)
+    rows, columns = np.divmod(flat, probabilities.shape[1])
+    return rows, columns, counts / points
 
 
 def _weighted_quantile(values, weights, q):

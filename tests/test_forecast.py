@@ -98,8 +98,20 @@ def test_fit_recovers_a_known_step_size_and_its_band_covers_the_truth(norm, true
 
 def test_without_groups_the_step_size_is_its_prior():
     fit = forecast.fit_step_size([(1, 4), (0, 4)], [], steps=5)
-    per_beta = {beta: fit.posterior[fit.betas == beta].sum() for beta in forecast.BETA_GRID}
-    assert list(per_beta.values()) == pytest.approx([1 / len(forecast.BETA_GRID)] * len(forecast.BETA_GRID))
+    assert fit.betas.tolist() == forecast.BETA_GRID.tolist()
+    assert fit.beta_posterior.tolist() == pytest.approx([1 / len(forecast.BETA_GRID)] * len(forecast.BETA_GRID))
+
+
+def test_band_points_are_a_deterministic_sample_that_keeps_every_cells_probability():
+    rng = np.random.default_rng(3)
+    probabilities = rng.dirichlet(np.full(50 * 40, 0.3)).reshape(50, 40)
+    rows, columns, weights = forecast._systematic_sample(probabilities, 4096)
+    sampled = np.zeros_like(probabilities)
+    sampled[rows, columns] = weights
+    assert weights.sum() == pytest.approx(1.0)
+    assert np.abs(sampled - probabilities).max() < 1 / 4096  # each cell gets its share, to within one draw
+    again = forecast._systematic_sample(probabilities, 4096)
+    assert all(np.array_equal(x, y) for x, y in zip((rows, columns, weights), again))
 
 
 # --- the live hook -----------------------------------------------------------------------------
