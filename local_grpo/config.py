@@ -71,7 +71,7 @@ class LoraSettings:
 
 @dataclass
 class DataConfig:
-    task: str | None = _f("arithmetic", "Built-in task: arithmetic, gsm8k, countdown. Ignored when `dataset` is set.")
+    task: str | None = _f("arithmetic", "Built-in task: arithmetic, gsm8k, countdown. Ignored when `dataset` is set (a --task flag clears it).")
     dataset: str | None = _f(None, "A local jsonl/csv/parquet file or a hub dataset id (needs a network).")
     split: str = _f("train", "Split to read from a hub dataset or folder (the shipped GSM8K: train or test).")
     prompt_column: str = _f("question", "Column with the question text (dataset only).")

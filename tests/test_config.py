@@ -115,3 +115,18 @@ def test_kl_mode_follows_beta():
     assert config.kl_mode == "none"
     config.grpo.beta = 0.04
     assert config.kl_mode == "ref"
+
+
+@pytest.mark.parametrize("command", [["train"], ["rewards", "check"]])
+def test_a_task_flag_replaces_the_config_files_dataset_and_not_a_dataset_flag(tmp_path, command):
+    from local_grpo.cli.common import config_from_args
+    from local_grpo.cli.main import build_parser
+
+    path = tmp_path / "gsm8k.yaml"
+    path.write_text("data:\n  dataset: train.jsonl\n")
+    parser = build_parser()
+    config = config_from_args(parser.parse_args([*command, "--config", str(path), "--task", "countdown"]))
+    assert (config.data.task, config.data.dataset, config.task_name) == ("countdown", None, "countdown")
+    assert config_from_args(parser.parse_args([*command, "--config", str(path)])).data.dataset == "train.jsonl"
+    with pytest.raises(UserError, match="^--task: give --task or --dataset, not both"):
+        config_from_args(parser.parse_args([*command, "--task", "countdown", "--dataset", "x.jsonl"]))

@@ -56,8 +56,6 @@ def config_for_args(args) -> tuple[Config, str | None]:
         adapter = args.adapter
         if args.n:
             config.data.num_heldout = args.n
-    if getattr(args, "cfg__task", None):
-        config.data.dataset = None  # --task names a built-in task instead of the run's dataset
     if adapter is not None and not os.path.isdir(adapter):
         raise UserError(f"--adapter: no such folder: {adapter}")
     config_mod.validate(config_mod.fill_defaults(config))

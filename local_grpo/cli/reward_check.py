@@ -39,11 +39,7 @@ def add_check_command(commands) -> None:
 
 def check_config(args) -> config_mod.Config:
     """The config the check judges: preset < config file < flags, with the task's defaults filled in."""
-    if args.cfg__task and args.cfg__dataset:
-        raise UserError("--task: give --task or --dataset, not both")
     config = config_from_args(args)
-    if args.cfg__task:
-        config.data.dataset = None
     if not config.output_dir:
         config.output_dir = "unused"  # the check never creates a run directory
     config = config_mod.fill_defaults(config)
