@@ -205,8 +205,11 @@ def bf16_weights_for_sampling(model):
 
     copies = _merged_lora_weights(model)  # id(base weight) -> bf16 (W + ΔW); empty when not mergeable
     merged = bool(copies)
+    unused = _adapter_modules(model) if merged else set()  # switched off while merged: nothing to copy
     swapped = []
     for module in model.modules():
+        if id(module) in unused:
+            continue
         for name, param in module._parameters.items():
             if param is None or param.dtype != torch.float32 or param.device.type != "cpu":
                 continue
@@ -249,6 +252,13 @@ def _merged_lora_weights(model) -> dict:
                     total += m.get_delta_weight(adapter)
             merged[id(weight)] = torch.nn.Parameter(total.to(torch.bfloat16), requires_grad=False)
     return merged
+
+
+def _adapter_modules(model) -> set:
+    """ids of the modules that hold a PEFT model's LoRA A and B weights."""
+    from peft.tuners.lora import LoraLayer
+
+    return {id(x) for m in model.modules() if isinstance(m, LoraLayer) for d in (m.lora_A, m.lora_B) for x in d.values()}
 
 
 def _bf16_copy(param):

@@ -150,7 +150,10 @@ def test_bf16_weights_for_sampling_swap_every_weight_and_restore_them(tiny_lm, o
         plain = model(**batch).logits
         lora_layer = next(m for m in model.modules() if hasattr(m, "lora_A") and m.lora_A)
         with generation.bf16_weights_for_sampling(model):
-            assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+            dtypes = {"lora_" in name: set() for name in before}
+            for name, p in model.named_parameters():
+                dtypes["lora_" in name].add(p.dtype)
+            assert dtypes == {False: {torch.bfloat16}, True: {torch.float32}}  # adapters switched off: not copied
             assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # still tied
             assert lora_layer.disable_adapters  # merged into the bf16 copy of its base weight instead
             inside = model(**batch).logits
@@ -167,11 +170,16 @@ def test_bf16_weights_for_sampling_swap_every_weight_and_restore_them(tiny_lm, o
         for logits in (inside, unmerged):  # bf16 rounding of the adapted model, not the base model
             assert (logits.float() - plain).abs().max() < 0.05 * scale
         assert (base - plain).abs().max() > 0.2 * scale  # the adapter (init_lora_weights=False) matters
-        lora_a.add_(1.0)  # a trainable weight changes between steps: copied anew
+        lora_a.add_(1.0)  # a trainable weight changes between steps: copied anew, and merged anew
+        with generation.bf16_weights_for_sampling(without_lora):
+            current = next(p for name, p in without_lora.named_parameters() if "lora_A" in name)
+            assert torch.equal(current, lora_a.bfloat16())
+        changed = next(m for m in model.modules() if hasattr(m, "lora_A") and lora_a is m.lora_A["default"].weight)
+        weight = changed.base_layer.weight
         with generation.bf16_weights_for_sampling(model):
             assert model.get_input_embeddings().weight is first_copy  # a frozen one is copied once
-            current = next(p for name, p in model.named_parameters() if "lora_A" in name)
-            assert torch.equal(current, lora_a.bfloat16())
+            expected = (weight + changed.get_delta_weight("default")).bfloat16()
+            assert torch.equal(changed.base_layer.weight, expected)
         lora_a.sub_(1.0)
         frozen.mul_(1.0)  # an in-place change of a frozen weight: copied again
         with generation.bf16_weights_for_sampling(model):
