@@ -6,9 +6,9 @@ starting success q ~ Beta(μκ, (1−μ)κ), each prompt's log-odds rising by 1/
 fits the forecast on the held-out counts and steps 1-10 exactly as training does (p_ref.SuccessForecast's
 fit, forecast.fit_step_size), then scores it with issue 13's bar: the band averaged over steps 31-40
 contains the simulated measured mean of those steps, and the band at step 40 is at most 0.25 wide.
-Because the data come from the model itself, a miss or a wide band here is what the data allow, not a
-wrong shape. True speeds are chosen so that the mean success over steps 31-40 lands where the quickstart's
-did (0.33-0.51).
+Because the data come from the model itself (dynamics.trajectories, the paths the fit uses), a miss or a
+wide band here is what the data allow, not a wrong shape. True speeds are chosen so that the mean success
+over steps 31-40 spans the quickstart's (0.30-0.56).
 
     python bench/forecast_oracle.py [--runs 40] [--seed 0] [--out bench/results/forecast_oracle.json]
 """
@@ -22,37 +22,32 @@ import sys
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path[:0] = [REPO, HERE]
 
-from local_grpo import forecast  # noqa: E402
+from forecast_coverage import MAX_WIDTH, WINDOW  # noqa: E402  (the bar, as the replay of real runs scores it)
+
+from local_grpo import dynamics, forecast  # noqa: E402
 from local_grpo.train.p_ref import FIT_STEPS, FORECAST_NORM  # noqa: E402
 
-WINDOW, MAX_WIDTH, STEPS = (31, 40), 0.25, 40
+STEPS = WINDOW[1]
 HELD_OUT, SAMPLES, GROUPS_PER_STEP, G = 8, 4, 2, 8
 POPULATION = {"mean": 0.04, "kappa": 10.0}  # 0-1 successes in 32 held-out samples, like the quickstart
 BETAS = (7.0, 9.0, 12.0)  # true step sizes: mean success over steps 31-40 from ≈ 0.55 to ≈ 0.3
 
 
-def logit(p):
-    return np.log(p) - np.log1p(-p)
-
-
 def simulate(rng, beta: float) -> tuple[list, list, float]:
     """(held-out counts, groups of steps 1..FIT_STEPS, measured mean success over WINDOW) for one run."""
     a, b = POPULATION["mean"] * POPULATION["kappa"], (1 - POPULATION["mean"]) * POPULATION["kappa"]
-
-    def success(q, step):  # step n is sampled by π_{n−1}
-        return 1.0 / (1.0 + np.exp(-(logit(q) + (step - 1) / beta)))
-
     held_out = [(int(rng.binomial(SAMPLES, q)), SAMPLES) for q in rng.beta(a, b, HELD_OUT)]
-    groups, window = [], []
-    for step in range(1, STEPS + 1):
-        counts = [int(rng.binomial(G, success(q, step))) for q in rng.beta(a, b, GROUPS_PER_STEP)]
-        if step <= FIT_STEPS:
-            groups += [(step, k, G) for k in counts]
-        if WINDOW[0] <= step <= WINDOW[1]:
-            window.append(sum(counts) / (G * GROUPS_PER_STEP))
+    prompts = rng.beta(a, b, (STEPS, GROUPS_PER_STEP))
+    paths = dynamics.trajectories(prompts.ravel(), [beta], kl="none", norm=FORECAST_NORM, steps=STEPS)[0]
+    success = paths.reshape(STEPS, GROUPS_PER_STEP, STEPS + 1)  # [step, group, n]: step s is sampled by π_{s−1}
+    counts = [[int(rng.binomial(G, success[s - 1, g, s - 1])) for g in range(GROUPS_PER_STEP)]
+              for s in range(1, STEPS + 1)]
+    groups = [(s, k, G) for s in range(1, FIT_STEPS + 1) for k in counts[s - 1]]
+    window = [sum(counts[s - 1]) / (G * GROUPS_PER_STEP) for s in range(WINDOW[0], WINDOW[1] + 1)]
     return held_out, groups, float(np.mean(window))
 
 
