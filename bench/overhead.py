@@ -1,9 +1,10 @@
 """Overhead of `local-grpo train` over a bare TRL GRPOTrainer script, same tiny model and settings.
 
-Each round runs, in turn: the bare script, ours with grpo.fast_cpu_generation off (TRL's own
+Each round runs, in turn, the bare script, ours with grpo.fast_cpu_generation off (TRL's own
 generation: the overhead of our hooks, recorder, callbacks and the success forecast), the same
 without p_ref and its forecast (--p-ref-prompts 0: what every step pays), and ours as shipped (fast
-CPU generation on). Alternating in one session lets all three see the same machine load. Two numbers per
+CPU generation on); with --order abba (the default) it then runs them again in reverse, so that a
+steady drift in the machine's load falls equally on every variant. Two numbers per
 step, medians over the steps after a warm-up:
 
     step_time  TRL's own (training_step: generation, rewards, loss forward/backward)
@@ -17,7 +18,8 @@ The ratio is ours / bare of the pooled medians (and of the means, where a rare s
 a forecast refit, counts in full); its 95 % interval comes from resampling the rounds (bootstrap,
 2,000 draws, seed 0), so round-to-round drift in load shows up in it.
 
-    python bench/overhead.py [--rounds 8] [--steps 12] [--out bench/results/overhead.json]
+    python bench/overhead.py [--rounds 8] [--steps 12] [--variants ours_trl_generation,ours] [--order abba]
+                             [--out bench/results/overhead.json]
 """
 
 from __future__ import annotations
@@ -143,8 +145,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2, help="steps ignored at the start of each run")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list; bare is always run")
+    parser.add_argument("--order", choices=("forward", "abba"), default="abba",
+                        help="abba: each round runs the variants, then again in reverse, so a steady drift in load "
+                             "falls equally on every variant")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "overhead.json"))
     args = parser.parse_args()
+    chosen = ["bare"] + [v for v in args.variants.split(",") if v and v != "bare"]
+    unknown = [v for v in chosen if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {', '.join(unknown)} (choose from {', '.join(VARIANTS)})")
+    sequence = chosen + chosen[::-1] if args.order == "abba" else chosen
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from tiny_model import build_tiny_model
 
@@ -152,20 +163,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_model(os.path.join(tmp, "tiny"), hidden=256, layers=4)
         for i in range(args.rounds):
-            entry = {}
-            for variant, flags in VARIANTS.items():
-                workdir = tempfile.mkdtemp(dir=tmp)
+            entry = {v: {"step_time": [], "step_wall": [], "run_medians": []} for v in chosen}
+            for variant in sequence:
+                flags, workdir = VARIANTS[variant], tempfile.mkdtemp(dir=tmp)
                 got = run_bare(model_dir, args.steps, workdir) if flags is None else run_ours(model_dir, args.steps, workdir, flags)
-                entry[variant] = {"step_time": got["step_time"][args.warmup:], "step_wall": got["step_wall"][args.warmup:]}
+                for key in ("step_time", "step_wall"):
+                    entry[variant][key] += got[key][args.warmup:]
+                entry[variant]["run_medians"].append(round(statistics.median(got["step_wall"][args.warmup:]), 4))
             rounds.append(entry)
             print(f"round {i + 1}: " + ", ".join(f"{v} {statistics.median(e['step_wall']):.3f} s/step"
                                                   for v, e in entry.items()), flush=True)
     result = {
         "model": "tiny random Llama (hidden 256, 4 layers) + BPE tokenizer",
         "settings": SETTINGS, "steps_per_run": args.steps, "warmup_ignored": args.warmup, "rounds": len(rounds),
+        "order": sequence,
         "median_step_s": {v: {k: round(statistics.median([x for r in rounds for x in r[v][k]]), 4)
-                              for k in ("step_time", "step_wall")} for v in VARIANTS},
-        "ratios": {v: {k: ratio_entry(rounds, v, k) for k in ("step_time", "step_wall")} for v in VARIANTS if v != "bare"},
+                              for k in ("step_time", "step_wall")} for v in chosen},
+        "run_medians_step_wall": {v: [r[v]["run_medians"] for r in rounds] for v in chosen},
+        "ratios": {v: {k: ratio_entry(rounds, v, k) for k in ("step_time", "step_wall")} for v in chosen if v != "bare"},
         "goal": "ours_trl_generation step_wall ratio <= 1.03",
         "load_average_at_end": os.getloadavg()[0],
     }
