@@ -20,6 +20,14 @@ a forecast refit, counts in full); its 95 % interval comes from resampling the r
 
     python bench/overhead.py [--rounds 8] [--steps 12] [--variants ours_trl_generation,ours] [--order abba]
                              [--out bench/results/overhead.json]
+
+Whole runs in separate processes differ in speed by up to 17 % with the same config, which is wider
+than the effect sought. `--interleave` removes that: each round is one process in which the bare
+trainer and one variant of ours take turns a step at a time (bench/take_turns.py), so every step of
+ours has a bare step beside it, seconds apart. Its ratio is of the pooled step times (means, and
+medians); the 95 % interval resamples blocks of consecutive step pairs within rounds.
+
+    python bench/overhead.py --interleave [--rounds 5] [--steps 60] [--variants ours_trl_generation]
 """
 
 from __future__ import annotations
@@ -37,70 +45,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 SETTINGS = dict(num_generations=8, per_device_train_batch_size=16, max_completion_length=32, learning_rate=1e-3)
 
-BARE = r'''
-import json, os, re, sys, time
-import torch
-from datasets import Dataset
-from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers import TrainerCallback
-from trl import GRPOConfig, GRPOTrainer
-from local_grpo.train.trainer import install_cpu_logprob  # the CPU log-prob path our trainer installs
-from local_grpo.tasks import arithmetic_examples, ANSWER_LINE_PROMPT
-install_cpu_logprob()
-model_dir, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-S = json.loads(sys.argv[4])
-tok = AutoTokenizer.from_pretrained(model_dir); tok.padding_side = "left"
-model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-rows = [{"prompt": [{"role": "system", "content": ANSWER_LINE_PROMPT}, {"role": "user", "content": r["question"]}],
-         "answer": r["answer"]} for r in arithmetic_examples(200, 0, {})]
-def text(c): return c[0]["content"] if isinstance(c, list) else c
-def correct(completions, answer, **kw):
-    out = []
-    for c, a in zip(completions, answer):
-        nums = re.findall(r"-?\d+", text(c)); out.append(1.0 if nums and nums[-1] == a else 0.0)
-    return out
-def fmt(completions, **kw): return [0.2 if re.search(r"Answer:\s*-?\d+", text(c)) else 0.0 for c in completions]
-args = GRPOConfig(output_dir=os.path.join(out, "ckpt"), use_cpu=True, bf16=False, report_to="none", logging_steps=1,
-                  max_steps=steps, save_strategy="no", per_device_train_batch_size=S["per_device_train_batch_size"],
-                  num_generations=S["num_generations"], max_completion_length=S["max_completion_length"],
-                  learning_rate=S["learning_rate"], beta=0.0, gradient_checkpointing=False, seed=42,
-                  lr_scheduler_type="constant", disable_tqdm=True,
-                  generation_kwargs={"min_new_tokens": S["max_completion_length"]})
-trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=[correct, fmt], args=args,
-                      train_dataset=Dataset.from_list(rows),
-                      peft_config=LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"], task_type="CAUSAL_LM"))
-class Stamps(TrainerCallback):
-    stamps = []
-    def on_log(self, args, state, control, logs=None, **kw):
-        if logs and "loss" in logs: self.stamps.append(time.time())  # step rows, not the end-of-training summary
-trainer.add_callback(Stamps())
-t = time.time(); trainer.train(); wall = time.time() - t
-walls = [b - a for a, b in zip(Stamps.stamps, Stamps.stamps[1:])]
-json.dump({"wall": wall, "step_wall": walls,
-           "step_time": [h["step_time"] for h in trainer.state.log_history if "step_time" in h]},
-          open(os.path.join(out, "bare.json"), "w"))
-'''
-
-
 def run_bare(model_dir: str, steps: int, workdir: str) -> dict:
-    subprocess.run([sys.executable, "-c", BARE, model_dir, str(steps), workdir, json.dumps(SETTINGS)],
+    """bench/bare_trl.py in its own process."""
+    subprocess.run([sys.executable, os.path.join(HERE, "bare_trl.py"), model_dir, str(steps), workdir, json.dumps(SETTINGS)],
                    check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True)
     return json.load(open(os.path.join(workdir, "bare.json")))
 
 
+def train_argv(model_dir: str, steps: int, out: str, flags: list[str]) -> list[str]:
+    """`local-grpo train` arguments for the bare script's task, model and settings, plus a variant's flags."""
+    argv = ["train", "--model", model_dir, "--backend", "hf",
+            "--task", "arithmetic", "--num-train", "160", "--num-heldout", "40", "--max-steps", str(steps),
+            "--save-steps", str(steps), "--lora-r", "16", "--lora-alpha", "32", "--dtype", "float32",
+            "--cpu-autocast", "off",  # fp32 like the bare script (bf16=False), on any CPU
+            # every completion runs to the cap (EOS suppressed, as in the bare script), so both sides generate
+            # the same number of tokens whatever the rewards teach
+            "--trl", f"generation_kwargs={{min_new_tokens: {SETTINGS['max_completion_length']}}}",
+            "--output", out, "--json", "--rewards", "correct_numeric,format_soft:0.2", *flags]
+    for key, value in SETTINGS.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
 def run_ours(model_dir: str, steps: int, workdir: str, flags: list[str]) -> dict:
     out = os.path.join(workdir, "run")
-    cmd = [sys.executable, "-m", "local_grpo.cli", "train", "--model", model_dir, "--backend", "hf",
-           "--task", "arithmetic", "--num-train", "160", "--num-heldout", "40", "--max-steps", str(steps),
-           "--save-steps", str(steps), "--lora-r", "16", "--lora-alpha", "32", "--dtype", "float32",
-           "--cpu-autocast", "off",  # fp32 like the bare script (bf16=False), on any CPU
-           # every completion runs to the cap (EOS suppressed, as in the bare script), so both sides generate
-           # the same number of tokens whatever the rewards teach
-           "--trl", f"generation_kwargs={{min_new_tokens: {SETTINGS['max_completion_length']}}}",
-           "--output", out, "--json", "--rewards", "correct_numeric,format_soft:0.2", *flags]
-    for key, value in SETTINGS.items():
-        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    cmd = [sys.executable, "-m", "local_grpo.cli", *train_argv(model_dir, steps, out, flags)]
     t = time.time()
     subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True)
     wall = time.time() - t
@@ -140,6 +109,74 @@ VARIANTS = {"bare": None, "ours_trl_generation": ["--no-fast-cpu-generation"],
             "ours_no_forecast": ["--no-fast-cpu-generation", "--p-ref-prompts", "0"], "ours": ["--fast-cpu-generation"]}
 
 
+def run_turns(model_dir: str, steps: int, workdir: str, variant: str, ours_first: bool) -> dict:
+    """bench/take_turns.py in its own process: {"bare": [s, ...], variant: [s, ...]}, a whole step each."""
+    cmd = [sys.executable, os.path.join(HERE, "take_turns.py"), model_dir, str(steps), workdir, variant]
+    subprocess.run(cmd + (["ours-first"] if ours_first else []), check=True, cwd=REPO,
+                   env={**os.environ, "PYTHONPATH": REPO}, capture_output=True)
+    return json.load(open(os.path.join(workdir, "turns.json")))
+
+
+def block_bootstrap(pairs_by_round: list[list[tuple[float, float]]], block: int = 5, draws: int = 2000,
+                    seed: int = 0) -> dict:
+    """95 % intervals of ours/bare (ratio of means, ratio of medians), resampling blocks of `block`
+    consecutive (bare, ours) step pairs within each round, so slow stretches of the machine stay together."""
+    import random
+
+    blocks = [pairs[i:i + block] for pairs in pairs_by_round for i in range(0, len(pairs), block)]
+    rng = random.Random(seed)
+    means, medians = [], []
+    for _ in range(draws):
+        drawn = [p for _ in blocks for p in rng.choice(blocks)]
+        bare, ours = [b for b, _ in drawn], [o for _, o in drawn]
+        means.append(sum(ours) / sum(bare))
+        medians.append(statistics.median(ours) / statistics.median(bare))
+    lo, hi = int(0.025 * draws), int(0.975 * draws) - 1
+    means.sort()
+    medians.sort()
+    return {"mean_ci95": [round(means[lo], 4), round(means[hi], 4)],
+            "median_ci95": [round(medians[lo], 4), round(medians[hi], 4)]}
+
+
+def interleaved_entry(pairs_by_round: list[list[tuple[float, float]]]) -> dict:
+    """ours/bare over every step pair: ratio of means (a rare slow step counts in full) and of medians."""
+    pairs = [p for r in pairs_by_round for p in r]
+    bare, ours = [b for b, _ in pairs], [o for _, o in pairs]
+    return {"pairs": len(pairs), "mean_ratio": round(sum(ours) / sum(bare), 4),
+            "median_ratio": round(statistics.median(ours) / statistics.median(bare), 4),
+            **block_bootstrap(pairs_by_round),
+            "per_round_mean_ratio": [round(sum(o for _, o in r) / sum(b for b, _ in r), 4) for r in pairs_by_round],
+            "bare_mean_step_s": round(statistics.fmean(bare), 4), "ours_mean_step_s": round(statistics.fmean(ours), 4)}
+
+
+def interleaved(args, variants: list[str]) -> dict:
+    """Rounds of bench/take_turns.py: per variant, one process where it and the bare trainer alternate steps."""
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    from tiny_model import build_tiny_model
+
+    pairs = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_tiny_model(os.path.join(tmp, "tiny"), hidden=256, layers=4)
+        for i in range(args.rounds):
+            for variant in variants:
+                got = run_turns(model_dir, args.steps, tempfile.mkdtemp(dir=tmp), variant, ours_first=i % 2 == 1)
+                # drop the warm-up steps and the last, which also holds the end of training (saving)
+                pairs[variant].append(list(zip(got["bare"][args.warmup:-1], got[variant][args.warmup:-1])))
+                r = pairs[variant][-1]
+                print(f"round {i + 1} {variant}: {sum(o for _, o in r) / sum(b for b, _ in r):.4f} "
+                      f"(bare {statistics.fmean(b for b, _ in r):.3f} s/step)", flush=True)
+    return {
+        "method": "interleaved: per round one process, bare TRL and ours alternating a step at a time "
+                  "(bench/take_turns.py); rounds alternate which goes first",
+        "model": "tiny random Llama (hidden 256, 4 layers) + BPE tokenizer",
+        "settings": SETTINGS, "steps_per_run": args.steps, "warmup_ignored": args.warmup, "rounds": args.rounds,
+        "ratios": {v: interleaved_entry(pairs[v]) for v in variants},
+        "step_pairs_s": {v: [[[round(b, 4), round(o, 4)] for b, o in r] for r in pairs[v]] for v in variants},
+        "goal": "ours_trl_generation whole-step ratio <= 1.03",
+        "load_average_at_end": os.getloadavg()[0],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=8)
@@ -149,12 +186,20 @@ def main() -> None:
     parser.add_argument("--order", choices=("forward", "abba"), default="abba",
                         help="abba: each round runs the variants, then again in reverse, so a steady drift in load "
                              "falls equally on every variant")
+    parser.add_argument("--interleave", action="store_true",
+                        help="each round one process in which bare and ours take turns a step at a time")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "overhead.json"))
     args = parser.parse_args()
     chosen = ["bare"] + [v for v in args.variants.split(",") if v and v != "bare"]
     unknown = [v for v in chosen if v not in VARIANTS]
     if unknown:
         parser.error(f"--variants: unknown {', '.join(unknown)} (choose from {', '.join(VARIANTS)})")
+    if args.interleave:
+        result = interleaved(args, chosen[1:])
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        json.dump(result, open(args.out, "w"), indent=1)
+        print(json.dumps(result["ratios"], indent=1))
+        return
     sequence = chosen + chosen[::-1] if args.order == "abba" else chosen
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from tiny_model import build_tiny_model

@@ -48,6 +48,26 @@ def test_hf_backend_trains_and_writes_the_run_directory(tiny_config):
     assert summary["cpu_autocast"] == ("bfloat16" if backends.cpu_bf16_flags() else None)
 
 
+def test_extra_callbacks_run_after_ours_at_every_step(tiny_config):
+    from transformers import TrainerCallback
+
+    class Seen(TrainerCallback):
+        def __init__(self):
+            self.begun, self.logged_lines = [], []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.begun.append(state.global_step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:  # a step's row: ours has written its metrics line by now
+                self.logged_lines.append(len(RunDir.open(tiny_config.output_dir).metrics()))
+
+    seen = Seen()
+    train.train(tiny_config, progress=False, callbacks=[seen])
+    assert seen.begun == [0, 1]
+    assert seen.logged_lines == [1, 2]
+
+
 def test_existing_run_directory_is_never_overwritten(tiny_config):
     os.makedirs(tiny_config.output_dir)
     marker = os.path.join(tiny_config.output_dir, "keep.txt")

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 from threadpoolctl import ThreadpoolController
 
@@ -30,10 +31,11 @@ from .reward_files import RewardFileLog
 
 
 def train(config: Config, resume: bool = False, overwrite: bool = False, progress: bool = True,
-          force: bool = False) -> dict:
+          force: bool = False, callbacks: Sequence = ()) -> dict:
     """Train with GRPO and write RUN_DIR; returns the summary (also in RUN_DIR/summary.json).
 
-    The memory plan runs first and refuses a clear misfit unless `force`.
+    The memory plan runs first and refuses a clear misfit unless `force`. `callbacks`: transformers
+    TrainerCallbacks called after ours at each event (so an on_log sees the step's metrics.jsonl line).
     """
     config = checked_config(config, resume, overwrite)
     if resume and (finished := completed_summary(config)) is not None:
@@ -73,6 +75,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     backends.keep_trainable_fp32(loaded)  # TRL casts LoRA weights of a 4-bit model to bf16; keep them fp32
     callback = RunDirCallback(run, recorder, config, progress=progress)
     callback.attach(grpo_trainer)
+    for extra in callbacks:
+        grpo_trainer.add_callback(extra)
     if measured:  # success_predicted: the paper's recurrence, or for kl none a forecast fitted to the first steps
         p_ref.attach_prediction(run, config, measured, recorder, callback)
     if config.grpo.eval_steps:

@@ -1,0 +1,90 @@
+"""One round of the interleaved overhead bench: the bare TRL trainer and `local-grpo train` take turns, a step each.
+
+Both trainers live in one process and one OS thread, each in a greenlet, and each yields at every
+`on_step_begin`. The loop below switches into each in turn and times how long it runs before it
+yields again: that is one whole step of that trainer (log-prob, generation, rewards, loss, optimizer,
+every callback, metrics line), from its step's begin to its next step's begin. A bare step and one of
+ours are always seconds apart, so a change in the machine's speed lands on both, which separate
+processes (bench/overhead.py's default) cannot arrange: there whole runs differed by up to 17 %.
+
+One OS thread, not two: torch's OpenMP team belongs to the thread that calls it, and an idle second
+team would spin on the cores after each switch.
+
+    python bench/take_turns.py MODEL_DIR STEPS WORK_DIR VARIANT [ours-first]
+    # WORK_DIR/turns.json: {"bare": [s, ...], VARIANT: [s, ...]}, bare stepping first unless ours-first
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+class YieldEachStep:
+    """A TrainerCallback (duck-typed) that hands control back to the scheduling greenlet as each step begins."""
+
+    def __getattr__(self, name):
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        import greenlet
+
+        greenlet.getcurrent().parent.switch()
+
+
+def take_turns(players: dict) -> dict[str, list[float]]:
+    """Run each player (a callable that trains with YieldEachStep) to its first step, then a step each in turn.
+
+    Returns each player's step times in seconds; the first entry is its step 1, the last its final
+    step together with the end of training (saving), which callers drop.
+    """
+    import greenlet
+
+    runs = {name: greenlet.greenlet(play) for name, play in players.items()}
+    for run in runs.values():  # set-up: load, p_ref, build the trainer; each stops where its step 1 begins
+        run.switch()
+    steps = {name: [] for name in runs}
+    while any(not run.dead for run in runs.values()):
+        for name, run in runs.items():
+            if run.dead:
+                continue
+            started = time.perf_counter()
+            run.switch()
+            steps[name].append(time.perf_counter() - started)
+    return steps
+
+
+def main() -> None:
+    from bare_trl import bare_trainer
+    from overhead import SETTINGS, VARIANTS, train_argv
+
+    from local_grpo.cli.common import config_from_args
+    from local_grpo.cli.main import build_parser
+    from local_grpo.train import train
+
+    model_dir, steps, work_dir, variant = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    ours_first = sys.argv[5:] == ["ours-first"]
+    args = build_parser().parse_args(train_argv(model_dir, steps, os.path.join(work_dir, "run"), VARIANTS[variant]))
+    config = config_from_args(args)
+
+    def ours():
+        train(config, progress=False, callbacks=[YieldEachStep()])
+
+    def bare():
+        trainer = bare_trainer(model_dir, steps, work_dir, SETTINGS)
+        trainer.add_callback(YieldEachStep())
+        trainer.train()
+
+    with open(os.path.join(work_dir, "turns.json"), "w") as fh:
+        json.dump(take_turns({variant: ours, "bare": bare} if ours_first else {"bare": bare, variant: ours}), fh)
+
+
+if __name__ == "__main__":
+    main()
