@@ -27,7 +27,8 @@ trainer and one variant of ours take turns a step at a time (bench/take_turns.py
 ours has a bare step beside it, seconds apart. Its ratio is of the pooled step times (means, and
 medians); the 95 % interval resamples blocks of consecutive step pairs within rounds.
 
-    python bench/overhead.py --interleave [--rounds 5] [--steps 60] [--variants ours_trl_generation]
+    python bench/overhead.py --interleave [--rounds 6] [--steps 60] [--variants ours_trl_generation]
+    python bench/overhead.py --reanalyse bench/results/.../overhead-interleaved.json   # ratios again from its pairs
 """
 
 from __future__ import annotations
@@ -119,15 +120,16 @@ def run_turns(model_dir: str, steps: int, workdir: str, variant: str, ours_first
 
 def block_bootstrap(pairs_by_round: list[list[tuple[float, float]]], block: int = 5, draws: int = 2000,
                     seed: int = 0) -> dict:
-    """95 % intervals of ours/bare (ratio of means, ratio of medians), resampling blocks of `block`
-    consecutive (bare, ours) step pairs within each round, so slow stretches of the machine stay together."""
+    """95 % intervals of ours/bare (ratio of means, ratio of medians) by a two-stage bootstrap: draw the
+    rounds with replacement, then within each drawn round its blocks of `block` consecutive (bare, ours)
+    step pairs, so both a round's own luck (one process's memory layout) and slow stretches count."""
     import random
 
-    blocks = [pairs[i:i + block] for pairs in pairs_by_round for i in range(0, len(pairs), block)]
+    rounds = [[pairs[i:i + block] for i in range(0, len(pairs), block)] for pairs in pairs_by_round]
     rng = random.Random(seed)
     means, medians = [], []
     for _ in range(draws):
-        drawn = [p for _ in blocks for p in rng.choice(blocks)]
+        drawn = [p for blocks in (rng.choice(rounds) for _ in rounds) for _ in blocks for p in rng.choice(blocks)]
         bare, ours = [b for b, _ in drawn], [o for _, o in drawn]
         means.append(sum(ours) / sum(bare))
         medians.append(statistics.median(ours) / statistics.median(bare))
@@ -155,6 +157,8 @@ def interleaved(args, variants: list[str]) -> dict:
     from tiny_model import build_tiny_model
 
     pairs = {v: [] for v in variants}
+    gc_seconds = {v: [] for v in variants}  # per round: {"bare": s, variant: s} of garbage collection in their steps
+    trl_pairs = {v: [] for v in variants}  # the same steps' TRL step_time (training_step alone), bare and ours
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_tiny_model(os.path.join(tmp, "tiny"), hidden=256, layers=4)
         for i in range(args.rounds):
@@ -162,19 +166,35 @@ def interleaved(args, variants: list[str]) -> dict:
                 got = run_turns(model_dir, args.steps, tempfile.mkdtemp(dir=tmp), variant, ours_first=i % 2 == 1)
                 # drop the warm-up steps and the last, which also holds the end of training (saving)
                 pairs[variant].append(list(zip(got["bare"][args.warmup:-1], got[variant][args.warmup:-1])))
+                gc_seconds[variant].append(got["gc_s"])
+                trl = got["trl_step_time"]
+                trl_pairs[variant].append(list(zip(trl["bare"][args.warmup:-1], trl[variant][args.warmup:-1])))
                 r = pairs[variant][-1]
                 print(f"round {i + 1} {variant}: {sum(o for _, o in r) / sum(b for b, _ in r):.4f} "
                       f"(bare {statistics.fmean(b for b, _ in r):.3f} s/step)", flush=True)
-    return {
+    return with_ratios({
         "method": "interleaved: per round one process, bare TRL and ours alternating a step at a time "
                   "(bench/take_turns.py); rounds alternate which goes first",
         "model": "tiny random Llama (hidden 256, 4 layers) + BPE tokenizer",
         "settings": SETTINGS, "steps_per_run": args.steps, "warmup_ignored": args.warmup, "rounds": args.rounds,
-        "ratios": {v: interleaved_entry(pairs[v]) for v in variants},
         "step_pairs_s": {v: [[[round(b, 4), round(o, 4)] for b, o in r] for r in pairs[v]] for v in variants},
+        # TRL's step_time of the same steps: training_step alone (generation, rewards, loss), without the
+        # optimizer and the callbacks
+        "trl_step_time_pairs_s": {v: [[[round(b, 4), round(o, 4)] for b, o in r] for r in trl_pairs[v]]
+                                  for v in variants},
+        "gc_s_per_round": gc_seconds,
         "goal": "ours_trl_generation whole-step ratio <= 1.03",
         "load_average_at_end": os.getloadavg()[0],
-    }
+    })
+
+
+def with_ratios(result: dict) -> dict:
+    """An --interleave result with "ratios" (whole steps) and "trl_step_time_ratios" computed from its pairs."""
+    for key, pairs_key in (("ratios", "step_pairs_s"), ("trl_step_time_ratios", "trl_step_time_pairs_s")):
+        if pairs_key in result:
+            result[key] = {v: interleaved_entry([[tuple(p) for p in r] for r in rounds])
+                           for v, rounds in result[pairs_key].items()}
+    return result
 
 
 def main() -> None:
@@ -188,8 +208,14 @@ def main() -> None:
                              "falls equally on every variant")
     parser.add_argument("--interleave", action="store_true",
                         help="each round one process in which bare and ours take turns a step at a time")
+    parser.add_argument("--reanalyse", metavar="FILE", help="recompute an --interleave result's ratios from its step pairs")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "overhead.json"))
     args = parser.parse_args()
+    if args.reanalyse:
+        result = with_ratios(json.load(open(args.reanalyse)))
+        json.dump(result, open(args.reanalyse, "w"), indent=1)
+        print(json.dumps({k: result[k] for k in ("ratios", "trl_step_time_ratios") if k in result}, indent=1))
+        return
     chosen = ["bare"] + [v for v in args.variants.split(",") if v and v != "bare"]
     unknown = [v for v in chosen if v not in VARIANTS]
     if unknown:
@@ -198,7 +224,7 @@ def main() -> None:
         result = interleaved(args, chosen[1:])
         os.makedirs(os.path.dirname(args.out), exist_ok=True)
         json.dump(result, open(args.out, "w"), indent=1)
-        print(json.dumps(result["ratios"], indent=1))
+        print(json.dumps({k: result[k] for k in ("ratios", "trl_step_time_ratios")}, indent=1))
         return
     sequence = chosen + chosen[::-1] if args.order == "abba" else chosen
     sys.path.insert(0, os.path.join(REPO, "tests"))

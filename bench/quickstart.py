@@ -8,6 +8,10 @@ and the success reached within 7 and 15 minutes of training.
 
     python bench/quickstart.py [--config configs/cpu-quickstart.yaml] [--max-steps 40] [--eval-every 5]
     python bench/quickstart.py --eval-only RUN_DIR [--eval-max-new-tokens 64]   # re-evaluate a kept run
+    python bench/quickstart.py --train-only --keep-run RUN_DIR ...   # train now, evaluate later with --eval-only
+
+--train-only lets a sitting time several runs back to back on a quiet machine and leave their
+(untimed) checkpoint evaluations for later.
 """
 
 from __future__ import annotations
@@ -39,7 +43,12 @@ def parse_args() -> argparse.Namespace:
                         help="greedy tokens for the held-out eval (64, as the anchor's eval)")
     parser.add_argument("--eval-only", metavar="RUN_DIR", default=None,
                         help="skip training: evaluate an existing run's checkpoints (kept with --keep-run)")
-    return parser.parse_args()
+    parser.add_argument("--train-only", action="store_true",
+                        help="train and keep the run (--keep-run) without evaluating it; --eval-only evaluates it later")
+    args = parser.parse_args()
+    if args.train_only and not args.keep_run:
+        parser.error("--train-only: needs --keep-run RUN_DIR (where the run is kept for --eval-only)")
+    return args
 
 
 def train_run(args, work: str):
@@ -80,6 +89,11 @@ def main() -> None:
         wall = None
     else:
         config, run, summary, wall = train_run(args, work)
+        if args.train_only:
+            shutil.copytree(config.output_dir, args.keep_run, dirs_exist_ok=True)
+            shutil.rmtree(work, ignore_errors=True)
+            print(f"trained in {wall:.1f} s; kept in {args.keep_run} (evaluate with --eval-only)")
+            return
     metrics = run.metrics()
     seconds_at_step = {m["step"]: m["time"] for m in metrics}
 

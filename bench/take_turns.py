@@ -11,7 +11,8 @@ One OS thread, not two: torch's OpenMP team belongs to the thread that calls it,
 team would spin on the cores after each switch.
 
     python bench/take_turns.py MODEL_DIR STEPS WORK_DIR VARIANT [ours-first]
-    # WORK_DIR/turns.json: {"bare": [s, ...], VARIANT: [s, ...]}, bare stepping first unless ours-first
+    # WORK_DIR/turns.json: {"bare": [s, ...], VARIANT: [s, ...], "gc_s": ..., "trl_step_time": ...};
+    # bare steps first unless ours-first
 """
 
 from __future__ import annotations
@@ -39,26 +40,43 @@ class YieldEachStep:
         greenlet.getcurrent().parent.switch()
 
 
-def take_turns(players: dict) -> dict[str, list[float]]:
+def take_turns(players: dict) -> dict:
     """Run each player (a callable that trains with YieldEachStep) to its first step, then a step each in turn.
 
-    Returns each player's step times in seconds; the first entry is its step 1, the last its final
-    step together with the end of training (saving), which callers drop.
+    Returns {name: step times in seconds} and, under "gc_s", the seconds Python's garbage collector
+    ran inside each player's steps: the two share one collector, so one side's garbage can be
+    collected in the other's step, and this shows how much time that could move. A player's first
+    entry is its step 1, its last its final step together with the end of training (saving), which
+    callers drop.
     """
+    import gc
+
     import greenlet
 
     runs = {name: greenlet.greenlet(play) for name, play in players.items()}
     for run in runs.values():  # set-up: load, p_ref, build the trainer; each stops where its step 1 begins
         run.switch()
     steps = {name: [] for name in runs}
+    gc_seconds = {name: 0.0 for name in runs}
+    playing, gc_started = [None], [0.0]
+
+    def count_gc(phase, info):
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        elif playing[0] is not None:
+            gc_seconds[playing[0]] += time.perf_counter() - gc_started[0]
+
+    gc.callbacks.append(count_gc)
     while any(not run.dead for run in runs.values()):
         for name, run in runs.items():
             if run.dead:
                 continue
-            started = time.perf_counter()
+            playing[0], started = name, time.perf_counter()
             run.switch()
             steps[name].append(time.perf_counter() - started)
-    return steps
+            playing[0] = None
+    gc.callbacks.remove(count_gc)
+    return {**steps, "gc_s": {name: round(s, 4) for name, s in gc_seconds.items()}}
 
 
 def main() -> None:
@@ -74,16 +92,23 @@ def main() -> None:
     args = build_parser().parse_args(train_argv(model_dir, steps, os.path.join(work_dir, "run"), VARIANTS[variant]))
     config = config_from_args(args)
 
+    trl_step_time = {}  # TRL's own step_time (training_step: generation, rewards, loss) per step, each side
+
     def ours():
+        from local_grpo.rundir import RunDir
+
         train(config, progress=False, callbacks=[YieldEachStep()])
+        trl_step_time[variant] = [m["step_time"] for m in RunDir.open(config.output_dir).metrics() if "step_time" in m]
 
     def bare():
         trainer = bare_trainer(model_dir, steps, work_dir, SETTINGS)
         trainer.add_callback(YieldEachStep())
         trainer.train()
+        trl_step_time["bare"] = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
 
+    turns = take_turns({variant: ours, "bare": bare} if ours_first else {"bare": bare, variant: ours})
     with open(os.path.join(work_dir, "turns.json"), "w") as fh:
-        json.dump(take_turns({variant: ours, "bare": bare} if ours_first else {"bare": bare, variant: ours}), fh)
+        json.dump({**turns, "trl_step_time": trl_step_time}, fh)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ PRESETS: dict[str, dict] = {
             "per_device_train_batch_size": 16,
             "max_completion_length": 64,
             "gradient_checkpointing": False,
-            "optim": "adamw_torch",
+            "optim": "adamw_torch_fused",
         },
     },
     # Derived by `local_grpo.plan.derive_preset(name)` (HF backend, 85 % of the card, 256-token prompts);

@@ -246,16 +246,20 @@ class RunDir:
     # --- writing ---------------------------------------------------------------------------
     def append(self, name: str, record: dict) -> None:
         """Append one JSON object as one whole line (write + flush)."""
-        if self.readonly:
+        self.append_all(name, [record])
+
+    def append_all(self, name: str, records: list[dict]) -> None:
+        """Append JSON objects, one whole line each, in one write (+ flush)."""
+        if self.readonly or not records:
             return
-        line = json.dumps(record, ensure_ascii=False, default=_json_default) + "\n"
-        if name not in self._checked_ends:  # a torn last line (killed writer): end it so this line stays whole
+        lines = "".join(json.dumps(r, ensure_ascii=False, default=_json_default) + "\n" for r in records)
+        if name not in self._checked_ends:  # a torn last line (killed writer): end it so these lines stay whole
             self._checked_ends.add(name)
             if _ends_torn(self.file(name)):
-                line = "\n" + line
+                lines = "\n" + lines
         try:
             with open(self.file(name), "a", encoding="utf-8") as fh:
-                fh.write(line)
+                fh.write(lines)
                 fh.flush()
         except OSError as exc:  # e.g. disk full: name the file (a write error carries no filename)
             raise OSError(exc.errno, exc.strerror, exc.filename or self.file(name)) from None

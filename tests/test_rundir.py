@@ -17,6 +17,17 @@ def test_append_and_read_back(tmp_path):
     assert [m["step"] for m in run.metrics()] == [1, 2]
 
 
+def test_append_all_writes_whole_lines_after_a_torn_one(tmp_path):
+    from local_grpo.rundir import COMPLETIONS
+
+    run = RunDir.create(str(tmp_path / "r"))
+    with open(run.file(COMPLETIONS), "w") as fh:  # a writer killed mid-line
+        fh.write('{"step": 1}\n{"step": 1, "compl')
+    run.append_all(COMPLETIONS, [{"step": 2, "i": i} for i in range(3)])
+    run.append_all(COMPLETIONS, [])
+    assert [(r["step"], r.get("i")) for r in run.completions()] == [(1, None), (2, 0), (2, 1), (2, 2)]
+
+
 def test_torn_last_line_is_skipped(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_bytes(b'{"step": 1}\n{"step": 2}\n{"step": 3, "rew')

@@ -121,8 +121,7 @@ class RewardRecorder:
                 success=success[i],
             ).to_json())
         if self.write and self.run is not None:
-            for record in records:
-                self.run.append(rundir.COMPLETIONS, record)
+            self.run.append_all(rundir.COMPLETIONS, records)
         for hook in self.on_scored:
             hook(self.step, records)
 
