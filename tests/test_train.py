@@ -53,10 +53,11 @@ def test_extra_callbacks_run_after_ours_at_every_step(tiny_config):
 
     class Seen(TrainerCallback):
         def __init__(self):
-            self.begun, self.logged_lines = [], []
+            self.begun, self.logged_lines, self.fused = [], [], []
 
-        def on_step_begin(self, args, state, control, **kwargs):
+        def on_step_begin(self, args, state, control, optimizer=None, **kwargs):
             self.begun.append(state.global_step)
+            self.fused.append(optimizer.defaults.get("fused"))
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "loss" in logs:  # a step's row: ours has written its metrics line by now
@@ -66,6 +67,7 @@ def test_extra_callbacks_run_after_ours_at_every_step(tiny_config):
     train.train(tiny_config, progress=False, callbacks=[seen])
     assert seen.begun == [0, 1]
     assert seen.logged_lines == [1, 2]
+    assert seen.fused == [True, True]  # grpo.optim's default, adamw_torch_fused, as TRL's own default
 
 
 def test_existing_run_directory_is_never_overwritten(tiny_config):
