@@ -25,7 +25,7 @@ Whole runs in separate processes differ in speed by up to 17 % with the same con
 than the effect sought. `--interleave` removes that: each round is one process in which the bare
 trainer and one variant of ours take turns a step at a time (bench/take_turns.py), so every step of
 ours has a bare step beside it, seconds apart. Its ratio is of the pooled step times (means, and
-medians); the 95 % interval resamples blocks of consecutive step pairs within rounds.
+medians); the 95 % interval draws rounds, then blocks of consecutive step pairs within them (block_bootstrap).
 
     python bench/overhead.py --interleave [--rounds 6] [--steps 60] [--variants ours_trl_generation]
     python bench/overhead.py --reanalyse bench/results/.../overhead-interleaved.json   # ratios again from its pairs

@@ -119,7 +119,8 @@ class GRPOSettings:
     save_steps: int = _f(10, "Checkpoint every N steps (for --resume).")
     save_total_limit: int = _f(2, "Checkpoints kept.")
     gradient_checkpointing: bool = _f(False, "Trade compute for memory in the policy forward/backward.")
-    optim: str = _f("adamw_torch_fused", "Optimizer (transformers names; TRL's default adamw_torch_fused is one fused kernel per step; adamw_8bit saves memory on GPU).")
+    optim: str = _f("adamw_torch_fused", "Optimizer (transformers names): adamw_torch_fused, TRL's default, "
+                    "is one fused kernel a step; adamw_8bit saves memory on GPU.")
     seed: int = _f(42, "Training seed.")
     use_vllm: bool = _f(False, "Generate with vLLM (GPU only). Unsloth: fast_inference; HF backend: TRL's vLLM integration.")
     vllm_mode: str = _f("colocate", "TRL vLLM mode: colocate or server (a separate `trl vllm-serve`).")
