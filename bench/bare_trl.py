@@ -64,6 +64,11 @@ def bare_trainer(model_dir: str, steps: int, out_dir: str, settings: dict):
                        train_dataset=Dataset.from_list(rows), peft_config=lora)
 
 
+def trl_step_times(trainer) -> list[float]:
+    """TRL's own `step_time` of each logged step (training_step: generation, rewards, loss)."""
+    return [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
+
+
 def main() -> None:
     from transformers import TrainerCallback
 
@@ -80,7 +85,7 @@ def main() -> None:
     started = time.time()
     trainer.train()
     result = {"wall": time.time() - started, "step_wall": [b - a for a, b in zip(stamps, stamps[1:])],
-              "step_time": [h["step_time"] for h in trainer.state.log_history if "step_time" in h]}
+              "step_time": trl_step_times(trainer)}
     with open(os.path.join(out_dir, "bare.json"), "w") as fh:
         json.dump(result, fh)
 

@@ -118,6 +118,16 @@ def run_turns(model_dir: str, steps: int, workdir: str, variant: str, ours_first
     return json.load(open(os.path.join(workdir, "turns.json")))
 
 
+def mean_ratio(pairs) -> float:
+    """ours / bare of the summed step times of (bare, ours) pairs."""
+    return sum(o for _, o in pairs) / sum(b for b, _ in pairs)
+
+
+def rounded(pairs_by_round) -> list:
+    """(bare, ours) pairs per round as JSON lists, to 0.1 ms."""
+    return [[[round(b, 4), round(o, 4)] for b, o in r] for r in pairs_by_round]
+
+
 def block_bootstrap(pairs_by_round: list[list[tuple[float, float]]], block: int = 5, draws: int = 2000,
                     seed: int = 0) -> dict:
     """95 % intervals of ours/bare (ratio of means, ratio of medians) by a two-stage bootstrap: draw the
@@ -130,9 +140,8 @@ def block_bootstrap(pairs_by_round: list[list[tuple[float, float]]], block: int 
     means, medians = [], []
     for _ in range(draws):
         drawn = [p for blocks in (rng.choice(rounds) for _ in rounds) for _ in blocks for p in rng.choice(blocks)]
-        bare, ours = [b for b, _ in drawn], [o for _, o in drawn]
-        means.append(sum(ours) / sum(bare))
-        medians.append(statistics.median(ours) / statistics.median(bare))
+        means.append(mean_ratio(drawn))
+        medians.append(statistics.median(o for _, o in drawn) / statistics.median(b for b, _ in drawn))
     lo, hi = int(0.025 * draws), int(0.975 * draws) - 1
     means.sort()
     medians.sort()
@@ -144,10 +153,10 @@ def interleaved_entry(pairs_by_round: list[list[tuple[float, float]]]) -> dict:
     """ours/bare over every step pair: ratio of means (a rare slow step counts in full) and of medians."""
     pairs = [p for r in pairs_by_round for p in r]
     bare, ours = [b for b, _ in pairs], [o for _, o in pairs]
-    return {"pairs": len(pairs), "mean_ratio": round(sum(ours) / sum(bare), 4),
+    return {"pairs": len(pairs), "mean_ratio": round(mean_ratio(pairs), 4),
             "median_ratio": round(statistics.median(ours) / statistics.median(bare), 4),
             **block_bootstrap(pairs_by_round),
-            "per_round_mean_ratio": [round(sum(o for _, o in r) / sum(b for b, _ in r), 4) for r in pairs_by_round],
+            "per_round_mean_ratio": [round(mean_ratio(r), 4) for r in pairs_by_round],
             "bare_mean_step_s": round(statistics.fmean(bare), 4), "ours_mean_step_s": round(statistics.fmean(ours), 4)}
 
 
@@ -170,18 +179,17 @@ def interleaved(args, variants: list[str]) -> dict:
                 trl = got["trl_step_time"]
                 trl_pairs[variant].append(list(zip(trl["bare"][args.warmup:-1], trl[variant][args.warmup:-1])))
                 r = pairs[variant][-1]
-                print(f"round {i + 1} {variant}: {sum(o for _, o in r) / sum(b for b, _ in r):.4f} "
-                      f"(bare {statistics.fmean(b for b, _ in r):.3f} s/step)", flush=True)
+                print(f"round {i + 1} {variant}: {mean_ratio(r):.4f} (bare {statistics.fmean(b for b, _ in r):.3f} s/step)",
+                      flush=True)
     return with_ratios({
         "method": "interleaved: per round one process, bare TRL and ours alternating a step at a time "
                   "(bench/take_turns.py); rounds alternate which goes first",
         "model": "tiny random Llama (hidden 256, 4 layers) + BPE tokenizer",
         "settings": SETTINGS, "steps_per_run": args.steps, "warmup_ignored": args.warmup, "rounds": args.rounds,
-        "step_pairs_s": {v: [[[round(b, 4), round(o, 4)] for b, o in r] for r in pairs[v]] for v in variants},
+        "step_pairs_s": {v: rounded(pairs[v]) for v in variants},
         # TRL's step_time of the same steps: training_step alone (generation, rewards, loss), without the
         # optimizer and the callbacks
-        "trl_step_time_pairs_s": {v: [[[round(b, 4), round(o, 4)] for b, o in r] for r in trl_pairs[v]]
-                                  for v in variants},
+        "trl_step_time_pairs_s": {v: rounded(trl_pairs[v]) for v in variants},
         "gc_s_per_round": gc_seconds,
         "goal": "ours_trl_generation whole-step ratio <= 1.03",
         "load_average_at_end": os.getloadavg()[0],
@@ -192,8 +200,7 @@ def with_ratios(result: dict) -> dict:
     """An --interleave result with "ratios" (whole steps) and "trl_step_time_ratios" computed from its pairs."""
     for key, pairs_key in (("ratios", "step_pairs_s"), ("trl_step_time_ratios", "trl_step_time_pairs_s")):
         if pairs_key in result:
-            result[key] = {v: interleaved_entry([[tuple(p) for p in r] for r in rounds])
-                           for v, rounds in result[pairs_key].items()}
+            result[key] = {v: interleaved_entry(rounds) for v, rounds in result[pairs_key].items()}
     return result
 
 

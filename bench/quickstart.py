@@ -90,8 +90,7 @@ def main() -> None:
     else:
         config, run, summary, wall = train_run(args, work)
         if args.train_only:
-            shutil.copytree(config.output_dir, args.keep_run, dirs_exist_ok=True)
-            shutil.rmtree(work, ignore_errors=True)
+            keep_and_clean_up(args, config, work)
             print(f"trained in {wall:.1f} s; kept in {args.keep_run} (evaluate with --eval-only)")
             return
     metrics = run.metrics()
@@ -146,6 +145,11 @@ def main() -> None:
     with open(args.out, "w") as fh:
         json.dump(result, fh, indent=1)
     print(json.dumps({k: v for k, v in result.items() if k not in ("curve", "train_summary")}, indent=1))
+    keep_and_clean_up(args, config, work)
+
+
+def keep_and_clean_up(args, config, work: str) -> None:
+    """Copy a run trained here to --keep-run (when given), then remove the bench's work folder."""
     if args.keep_run and not args.eval_only:
         shutil.copytree(config.output_dir, args.keep_run, dirs_exist_ok=True)
     shutil.rmtree(work, ignore_errors=True)

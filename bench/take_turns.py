@@ -17,26 +17,23 @@ team would spin on the cores after each switch.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
 import time
 
+import greenlet
+from transformers import TrainerCallback
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 
-class YieldEachStep:
-    """A TrainerCallback (duck-typed) that hands control back to the scheduling greenlet as each step begins."""
-
-    def __getattr__(self, name):
-        if name.startswith("on_"):
-            return lambda *args, **kwargs: None
-        raise AttributeError(name)
+class YieldEachStep(TrainerCallback):
+    """Hands control back to the scheduling greenlet as each step begins."""
 
     def on_step_begin(self, args, state, control, **kwargs):
-        import greenlet
-
         greenlet.getcurrent().parent.switch()
 
 
@@ -49,10 +46,6 @@ def take_turns(players: dict) -> dict:
     entry is its step 1, its last its final step together with the end of training (saving), which
     callers drop.
     """
-    import gc
-
-    import greenlet
-
     runs = {name: greenlet.greenlet(play) for name, play in players.items()}
     for run in runs.values():  # set-up: load, p_ref, build the trainer; each stops where its step 1 begins
         run.switch()
@@ -80,7 +73,7 @@ def take_turns(players: dict) -> dict:
 
 
 def main() -> None:
-    from bare_trl import bare_trainer
+    from bare_trl import bare_trainer, trl_step_times
     from overhead import SETTINGS, VARIANTS, train_argv
 
     from local_grpo.cli.common import config_from_args
@@ -104,7 +97,7 @@ def main() -> None:
         trainer = bare_trainer(model_dir, steps, work_dir, SETTINGS)
         trainer.add_callback(YieldEachStep())
         trainer.train()
-        trl_step_time["bare"] = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
+        trl_step_time["bare"] = trl_step_times(trainer)
 
     turns = take_turns({variant: ours, "bare": bare} if ours_first else {"bare": bare, variant: ours})
     with open(os.path.join(work_dir, "turns.json"), "w") as fh:
