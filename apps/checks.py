@@ -4,7 +4,7 @@ The check (local_grpo.reward_check, docs/reward-check.md) loads the base model a
 runs as `python -m local_grpo.cli rewards check --config CONFIG --json` in its own process, like
 training: the app never holds the model, and the check's stderr progress lines
 ("rewards check: completions sampled 8/64") drive the panel's progress bar. The Config itself is
-built here from the form (preset < form fields, `config.fill_defaults`, `config.validate`), so bad
+built here from the form (preset < form fields, `tasks.fill_defaults`, `config.validate`), so bad
 input fails at once with the field's name. Its samples are cached under RUNS/.reward-check-cache/;
 `cached_samples` turns a cache file into the designer's sample lines.
 """
@@ -23,6 +23,7 @@ from typing import Callable
 import pandas as pd
 
 from local_grpo import config as config_mod
+from local_grpo import tasks
 from local_grpo.errors import UserError
 
 CACHE_FOLDER = ".reward-check-cache"  # under the runs folder, as `rewards check` defaults to runs/.reward-check-cache
@@ -72,7 +73,7 @@ def check_config(request: CheckRequest) -> config_mod.Config:
     config.rewards = [config_mod.RewardSpec(name=file_spec(spec), weight=float(weight))
                       for spec, weight in request.rewards.items()]
     config.output_dir = "unused"  # the check never creates a run directory
-    config = config_mod.fill_defaults(config)
+    config = tasks.fill_defaults(config)
     config_mod.validate(config)
     models.check_name(config.model.name, config.model.gguf_file)
     return config

@@ -336,7 +336,6 @@ def saved_reward_specs(rewards_dir: str) -> list[str]:
 
 # --- comparing with a reference reward ----------------------------------------------------
 
-SUCCESS_FRACTION = 0.999  # "succeeds": score >= this x the reward's maximum (the rewards check's rule)
 
 
 def score_reference(spec: str, samples: list[dict], timeout_s: float = DEFAULT_TIMEOUT_S, chat: bool = True):
@@ -345,7 +344,7 @@ def score_reference(spec: str, samples: list[dict], timeout_s: float = DEFAULT_T
     A saved file runs in a child process with the designer's limits, like the edited code.
     """
     import rewards
-    from rewards.probe import reward_max
+    from rewards import reward_max
 
     spec = (spec or "").strip()
     if not spec:
@@ -367,7 +366,10 @@ def score_reference(spec: str, samples: list[dict], timeout_s: float = DEFAULT_T
 
 
 def succeeds(score, maximum: float = 1.0) -> bool:
-    return score is not None and score >= SUCCESS_FRACTION * maximum
+    """The success rule of training and eval (rewards.is_success: score >= 0.999 x the reward's maximum)."""
+    import rewards
+
+    return rewards.is_success(score, maximum)
 
 
 def disagreements(result: ScoreResult, reference: str, reference_scores: list, reference_max: float = 1.0) -> dict:
@@ -401,10 +403,12 @@ def compare_table(result: ScoreResult, reference: str, reference_scores: list, f
 
 def compare_markdown(result: ScoreResult, found: dict) -> str:
     """The 2x2 counts per edited function against the reference, and how many samples differ."""
+    from rewards import SUCCESS_THRESHOLD
+
     if result.problem:
         return f"### ❌ Cannot compare\n{result.problem}"
     lines = [f"Compared with **{found['reference']}** on **{len(result.samples)}** completions "
-             f"(success: score ≥ {SUCCESS_FRACTION} × the reward's maximum; 1 for the edited functions). "
+             f"(success: score ≥ {SUCCESS_THRESHOLD} × the reward's maximum; 1 for the edited functions). "
              f"**{len(found['rows'])}** completions differ (listed below)."]
     for name, cells in found["counts"].items():
         lines.append(f"- `{name}`: both succeed {cells['both']}, only `{name}` {cells['edited_only']}, "

@@ -42,7 +42,8 @@ def bare_trainer(model_dir: str, steps: int, out_dir: str, settings: dict):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from local_grpo.tasks import ANSWER_LINE_PROMPT, arithmetic_examples
+    from local_grpo.tasks.answers import ANSWER_LINE_PROMPT
+    from local_grpo.tasks.builtin.arithmetic import arithmetic_examples
     from local_grpo.train.trainer import install_cpu_logprob
 
     install_cpu_logprob()

@@ -127,10 +127,10 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from local_grpo import backends
+    from local_grpo import backends, tasks
     from local_grpo import config as config_mod
 
-    config = config_mod.fill_defaults(config_mod.load(args.config))
+    config = tasks.fill_defaults(config_mod.load(args.config))
     loaded = backends.load(config)
     model, tokenizer = loaded.model, loaded.tokenizer
     model.eval()

@@ -99,13 +99,13 @@ def main() -> None:
     settings = evaluate.EvalSettings(n=config.data.num_heldout, samples=0, max_new_tokens=args.eval_max_new_tokens,
                                      batch_size=20)
     rows = evaluate.eval_rows(config, settings)
-    reward_fns, success_name = evaluate.reward_functions(config)
+    reward_set = evaluate.reward_set(config)
     from local_grpo import backends
 
     loaded = backends.load_for_inference(config, run.adapter_dir)
     model = loaded.model
     with model.disable_adapter():
-        base, _ = evaluate.evaluate(model, loaded.tokenizer, rows, reward_fns, success_name, settings, label="base")
+        base, _ = evaluate.evaluate(model, loaded.tokenizer, rows, reward_set, settings, label="base")
     curve = [{"step": 0, "train_s": 0.0, "success": base["pass@1_greedy"]}]
     checkpoints = sorted((rundir.checkpoint_step(name), os.path.join(run.checkpoints_dir, name))
                          for name in os.listdir(run.checkpoints_dir) if name.startswith("checkpoint-"))
@@ -113,7 +113,7 @@ def main() -> None:
         name = f"step{step}"
         model.load_adapter(path, adapter_name=name)
         model.set_adapter(name)
-        result, _ = evaluate.evaluate(model, loaded.tokenizer, rows, reward_fns, success_name, settings, label=name)
+        result, _ = evaluate.evaluate(model, loaded.tokenizer, rows, reward_set, settings, label=name)
         curve.append({"step": step, "train_s": seconds_at_step.get(step), "success": result["pass@1_greedy"]})
         print(curve[-1], flush=True)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,18 +24,8 @@ CPU_AUTOCAST = ("auto", "bf16", "off")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 SCALE_REWARDS = ("group", "batch", "none")
 KL_MODES = ("none", "ref", "mirror", "both")
-TASKS = ("arithmetic", "gsm8k", "countdown")
 ANSWER_FORMATS = ("plain", "gsm8k")
 VLLM_MODES = ("colocate", "server")
-
-# Per task: the reward that judges success, and the rewards a run trains with when the config names none.
-_ANSWER_LINE_REWARDS = [{"name": "correct_numeric", "weight": 1.0}, {"name": "format_soft", "weight": 0.2}]
-TASK_REWARDS = {
-    "arithmetic": ("correct_numeric", _ANSWER_LINE_REWARDS),
-    "gsm8k": ("correct_numeric", _ANSWER_LINE_REWARDS),
-    "countdown": ("countdown", [{"name": "countdown", "weight": 1.0}, {"name": "format_soft", "weight": 0.2}]),
-    "dataset": ("correct_numeric", _ANSWER_LINE_REWARDS),
-}
 
 
 def _f(default: Any, help: str, **kw):
@@ -71,7 +60,8 @@ class LoraSettings:
 
 @dataclass
 class DataConfig:
-    task: str | None = _f("arithmetic", "Built-in task: arithmetic, gsm8k, countdown. Ignored when `dataset` is set (a --task flag clears it).")
+    task: str | None = _f("arithmetic", "Task: a built-in (arithmetic, gsm8k, countdown) or your own, path/to/file.py:NAME "
+                          "(docs/tasks.md). Ignored when `dataset` is set (a --task flag clears it).")
     dataset: str | None = _f(None, "A local jsonl/csv/parquet file or a hub dataset id (needs a network).")
     split: str = _f("train", "Split to read from a hub dataset or folder (the shipped GSM8K: train or test).")
     prompt_column: str = _f("question", "Column with the question text (dataset only).")
@@ -151,7 +141,8 @@ class Config:
     )
     success_reward: str | None = field(
         default=None,
-        metadata={"help": "Reward that judges a completion correct (score >= 1 counts as success); null = the task's correctness reward."},
+        metadata={"help": "Reward that judges a completion correct (a score >= 0.999 x its maximum counts as success); "
+                          "null = the task's."},
     )
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
     backend: str = field(default="auto", metadata={"help": "auto (Unsloth when importable and a GPU is present, else hf), unsloth, hf."})
@@ -165,6 +156,11 @@ class Config:
         """The effective KL target (resolves kl: null from beta)."""
         if self.grpo.kl:
             return self.grpo.kl
+        """The task as configured: "dataset" when data.dataset is set, else data.task (a name or a task file).
+
+        local_grpo.tasks.task_for(config) resolves it to the Task; tasks.fill_defaults fills the
+        task-default fields (rewards, success reward, output dir).
+        """
         return "ref" if self.grpo.beta > 0 else "none"
 
     @property
@@ -173,18 +169,6 @@ class Config:
 
 
 SECTIONS = {"model": ModelConfig, "lora": LoraSettings, "data": DataConfig, "grpo": GRPOSettings}
-
-
-def fill_defaults(config: Config) -> Config:
-    """Resolve the 'task default' fields: rewards, success reward, output dir."""
-    success_reward, default_rewards = TASK_REWARDS[config.task_name]
-    if not config.rewards:
-        config.rewards = [RewardSpec(**spec) for spec in default_rewards]
-    if not config.success_reward:
-        config.success_reward = success_reward
-    if not config.output_dir:
-        config.output_dir = os.path.join("runs", f"{config.task_name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    return config
 
 
 # --- YAML in / out ------------------------------------------------------------------------
@@ -386,8 +370,6 @@ def validate(config: Config) -> Config:
         raise UserError(f"lora.dropout: must be in [0, 1), got {lo.dropout}")
     if not lo.target_modules:
         raise UserError("lora.target_modules: must list at least one module name")
-    if not d.dataset:
-        _one_of("data.task", d.task, TASKS)
     _one_of("data.answer_format", d.answer_format, ANSWER_FORMATS)
     _positive("data.num_train", d.num_train)
     if d.num_heldout < 0:

@@ -1,10 +1,8 @@
-"""Prompts and gold answers for a run: a built-in task, a local file or folder, or a hub dataset.
+"""Prompts and gold answers for a run: the task's generated rows, or the table its Source names.
 
-GSM8K ships inside the package (local_grpo/datasets/gsm8k, MIT, its LICENSE beside it), so the gsm8k
-task works offline; `data.task_options.path` names another file or folder, or the hub id
-`openai/gsm8k` to download the same data.
-
-Every example becomes `{"prompt": [system, user messages], "question": str, "answer": str, ...}`
+The task (local_grpo.tasks: a built-in, the dataset task of data.dataset, or a user's task file) says
+where its rows come from and how a row becomes a prompt; this module reads local files, folders and hub
+datasets, shuffles and splits. Every example becomes `{"prompt": [system, user messages], "question": str, "answer": str, ...}`
 (extra columns such as countdown's `numbers` pass through to the rewards). Bad files and
 columns give one-line UserErrors naming the file, line or column.
 """
@@ -19,82 +17,64 @@ import re
 
 from .config import Config
 from .errors import UserError
-from .tasks import get_task
+from .tasks import Source, Task, task_for
 
 MAX_LINE_CHARS = 1_000_000
 GSM8K_HUB_ID = "openai/gsm8k"
-GSM8K_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "datasets", "gsm8k")
-GSM8K_SPLITS = ("train", "test")
 _GSM8K_GOLD = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
 
 
 def load_examples(config: Config) -> tuple[list[dict], list[dict]]:
     """(train, held_out) examples for a config, each with prompt/question/answer columns."""
     d = config.data
-    task = get_task(config.task_name)
-    system_prompt = d.system_prompt if d.system_prompt is not None else task.system_prompt
+    task = task_for(config)
     total = d.num_train + d.num_heldout
-    if task.make_examples is not None:
-        rows = task.make_examples(total, d.seed, d.task_options)
+    if task.examples is not None:
+        rows = task.examples(total, d.seed, d.task_options)
     else:
-        rows = _rows_from_source(config)
+        source = task.source(d)
+        rows = rows_from_source(source, d.split)
         rng = random.Random(d.seed)
         rng.shuffle(rows)
         if len(rows) <= d.num_heldout:
-            source = d.dataset or d.task
-            raise UserError(f"data: {source} has {len(rows)} usable rows, fewer than num_heldout + 1 ({d.num_heldout + 1})")
+            raise UserError(f"data: {source.path} has {len(rows)} usable rows, fewer than num_heldout + 1 ({d.num_heldout + 1})")
         rows = rows[:total]
-    examples = [with_prompt(row, system_prompt) for row in rows]
+    examples = [with_prompt(row, task, d.system_prompt) for row in rows]
     held_out, train = examples[: d.num_heldout], examples[d.num_heldout :]
     return train, held_out
 
 
-def with_prompt(row: dict, system_prompt: str) -> dict:
-    """A row plus its chat prompt (system prompt + the question as the user turn)."""
-    messages = [{"role": "user", "content": row["question"]}]
-    if system_prompt:
-        messages.insert(0, {"role": "system", "content": system_prompt})
-    return {**row, "prompt": messages}
+def with_prompt(row: dict, task: Task, system_prompt: str | None = None) -> dict:
+    """A row plus its chat prompt (the task's system prompt, or data.system_prompt, and its user turn)."""
+    return {**row, "prompt": task.prompt(row, system_prompt)}
 
 
-def _rows_from_source(config: Config) -> list[dict]:
-    d = config.data
-    if d.dataset:
-        source, question_col, answer_col, answer_format = d.dataset, d.prompt_column, d.answer_column, d.answer_format
-        field = "--dataset"
-    else:  # gsm8k: task_options.path (a file, a folder or a hub id), else the shipped copy
-        source = d.task_options.get("path") or shipped_gsm8k(d.split)
-        if not isinstance(source, str):
-            raise UserError(f"data.task_options.path: expected a file, a folder or a hub id, got {source!r:.60}")
-        question_col, answer_col, answer_format = "question", "answer", "gsm8k"
-        field = "data.task_options.path"
-    raw = read_table(source, split=d.split, field=field)
+def rows_from_source(source: Source, split: str) -> list[dict]:
+    """The rows of a task's table: question and gold (read in the source's answer format), other columns kept."""
+    path, question_col, answer_col = source.path, source.question_column, source.answer_column
+    if not path:
+        raise UserError(f"{source.field}: names no file, folder or hub dataset")
+    raw = read_table(path, split=split, field=source.field)
     if not raw:
-        raise UserError(f"data: {source} is empty")
+        raise UserError(f"data: {path} is empty")
     for col in (question_col, answer_col):
         if col not in raw[0]:
-            flag = ("data.prompt_column" if col == question_col else "data.answer_column") if d.dataset else field
-            raise UserError(f"{flag}: column {col!r} not in {source} (columns: {', '.join(map(str, raw[0]))})")
+            flag = {"--dataset": "data.prompt_column" if col == question_col else "data.answer_column"}.get(
+                source.field, source.field)
+            raise UserError(f"{flag}: column {col!r} not in {path} (columns: {', '.join(map(str, raw[0]))})")
     rows = []
     for i, item in enumerate(raw):
         question, answer = item.get(question_col), item.get(answer_col)
         if not isinstance(question, str) or not question.strip():
-            raise UserError(f"data: {source} row {i + 1}: column {question_col!r} must be non-empty text, got {question!r:.60}")
+            raise UserError(f"data: {path} row {i + 1}: column {question_col!r} must be non-empty text, got {question!r:.60}")
         if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-            raise UserError(f"data: {source} row {i + 1}: column {answer_col!r} must be text or a number, got {answer!r:.60}")
-        gold = extract_gold(str(answer), answer_format)
+            raise UserError(f"data: {path} row {i + 1}: column {answer_col!r} must be text or a number, got {answer!r:.60}")
+        gold = extract_gold(str(answer), source.answer_format)
         if gold is None:
-            raise UserError(f"data: {source} row {i + 1}: no '#### <number>' in column {answer_col!r}")
+            raise UserError(f"data: {path} row {i + 1}: no '#### <number>' in column {answer_col!r}")
         extra = {k: v for k, v in item.items() if k not in (question_col, answer_col, "prompt")}
         rows.append({**extra, "question": question, "answer": gold})
     return rows
-
-
-def shipped_gsm8k(split: str) -> str:
-    """The packaged GSM8K file for a split (train: 7473 rows, test: 1319)."""
-    if split not in GSM8K_SPLITS:
-        raise UserError(f"data.split: the shipped GSM8K has splits {', '.join(GSM8K_SPLITS)}, got {split!r}")
-    return os.path.join(GSM8K_DIR, f"{split}.jsonl")
 
 
 def extract_gold(answer: str, answer_format: str) -> str | None:

@@ -13,7 +13,9 @@ Metrics, per model (see docs/evaluation.md):
                        ("Answer:", "answer is", "####") followed by a number, a \\boxed{...}, or one
                        non-empty <answer>...</answer> block holding a number
     mean_length        mean greedy completion length in tokens (up to and including the end token)
-A completion is correct when the run's success reward scores it >= 0.999.
+A completion is correct when the run's success reward scores it >= 0.999 x that reward's maximum, the
+rule training's `success` uses (tasks.RewardSet.is_success). Rewards are keyed like training's
+(format_soft, format_soft#2).
 
 This module generates and scores; it never trains. The only file it writes into a run directory is
 eval_compare.json (and the per-prompt jsonl), which the app shows.
@@ -31,6 +33,7 @@ from . import rundir
 from .config import Config
 from .errors import UserError
 from .generation import GenerationSettings, generate
+from .tasks import RewardSet, build_reward_set
 
 
 
@@ -90,14 +93,9 @@ def eval_rows(config: Config, settings: EvalSettings) -> list[dict]:
     return rows[: settings.n] if settings.n else rows
 
 
-def reward_functions(config: Config) -> tuple[list, str]:
-    """The config's reward functions (the success reward included) and the success reward's name."""
-    import rewards
-
-    fns = [rewards.get(spec.name, **spec.params) for spec in config.rewards]
-    if config.success_reward not in [f.__name__ for f in fns]:
-        fns.append(rewards.get(config.success_reward))
-    return fns, config.success_reward
+def reward_set(config: Config) -> RewardSet:
+    """The config's rewards as training builds them: unique keys, weights and the success reward."""
+    return build_reward_set(config.rewards, config.success_reward)
 
 
 # --- scoring ------------------------------------------------------------------------------
@@ -122,12 +120,13 @@ def has_final_answer(text: str) -> bool:
     return final_answer(region)[1] in ("marker", "boxed")
 
 
-def evaluate(model, tokenizer, rows: list[dict], reward_fns: list, success_name: str, settings: EvalSettings,
+def evaluate(model, tokenizer, rows: list[dict], rewards: RewardSet, settings: EvalSettings,
              progress: bool = True, label: str = "eval") -> tuple[dict, list[dict]]:
-    """Generate and score on `rows`; returns (metrics, per-prompt records)."""
+    """Generate and score on `rows` with every reward of the set; returns (metrics, per-prompt records)."""
     from tqdm.auto import tqdm
 
     started = time.time()
+    reward_fns, success_name = rewards.scored, rewards.success_key
     records = []
     bar = tqdm(total=len(rows), desc=label, unit="prompt", file=sys.stderr, disable=not progress, dynamic_ncols=True)
     for batch_index, start in enumerate(range(0, len(rows), settings.batch_size)):
@@ -144,12 +143,12 @@ def evaluate(model, tokenizer, rows: list[dict], reward_fns: list, success_name:
                 "question": row.get("question"),
                 "answer": row.get("answer"),
                 "greedy": {"completion": text, "tokens": length, "rewards": rewards_i,
-                           "correct": is_correct(rewards_i[success_name]), "format": has_final_answer(text)},
+                           "correct": rewards.is_success(rewards_i[success_name]), "format": has_final_answer(text)},
             }
             if sampled is not None:
                 texts = [t for t, _ in sampled[i]]
-                sample_scores = score(reward_fns, [row] * len(texts), texts)[success_name]
-                correct = [is_correct(s) for s in sample_scores]
+                sample_scores = score([rewards.success], [row] * len(texts), texts)[success_name]
+                correct = [rewards.is_success(s) for s in sample_scores]
                 record["samples"] = [{"completion": t, "tokens": n, "correct": ok} for (t, n), ok in zip(sampled[i], correct)]
                 record["n"], record["c"] = len(correct), sum(correct)
                 record[f"pass@{settings.k}"] = pass_at_k(len(correct), sum(correct), settings.k)
@@ -157,12 +156,6 @@ def evaluate(model, tokenizer, rows: list[dict], reward_fns: list, success_name:
         bar.update(len(batch))
     bar.close()
     return summarize(records, [f.__name__ for f in reward_fns], settings, time.time() - started), records
-
-
-def is_correct(value) -> bool:
-    import rewards
-
-    return rewards.is_success(value)
 
 
 def summarize(records: list[dict], reward_names: list[str], settings: EvalSettings, seconds: float) -> dict:
@@ -215,7 +208,7 @@ def run_eval(config: Config, adapter_dir: str | None, settings: EvalSettings, co
     rows = eval_rows(config, settings)
     if not rows:
         raise UserError(f"--split: the {settings.split} split of this config is empty")
-    reward_fns, success_name = reward_functions(config)
+    rewards = reward_set(config)
     loaded = backends.load_for_inference(config, adapter_dir)
     if loaded.device == "cuda":
         settings.batch_size = gpu_batch_size(config, settings)
@@ -227,14 +220,14 @@ def run_eval(config: Config, adapter_dir: str | None, settings: EvalSettings, co
         if adapter_dir is None:
             raise UserError("--compare: needs --run RUN_DIR or --adapter DIR (the trained adapter)")
         with loaded.model.disable_adapter():
-            result["base"], base_records = evaluate(loaded.model, loaded.tokenizer, rows, reward_fns, success_name,
-                                                    settings, progress, label="base")
-        result["trained"], trained_records = evaluate(loaded.model, loaded.tokenizer, rows, reward_fns, success_name,
-                                                      settings, progress, label="trained")
+            result["base"], base_records = evaluate(loaded.model, loaded.tokenizer, rows, rewards, settings,
+                                                    progress, label="base")
+        result["trained"], trained_records = evaluate(loaded.model, loaded.tokenizer, rows, rewards, settings,
+                                                      progress, label="trained")
         records = [{"model": "base", **r} for r in base_records] + [{"model": "trained", **r} for r in trained_records]
     else:
-        result["metrics"], records = evaluate(loaded.model, loaded.tokenizer, rows, reward_fns, success_name,
-                                              settings, progress, label="trained" if adapter_dir else "base")
+        result["metrics"], records = evaluate(loaded.model, loaded.tokenizer, rows, rewards, settings,
+                                              progress, label="trained" if adapter_dir else "base")
     result["records"] = records
     return result
 

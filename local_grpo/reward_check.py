@@ -16,7 +16,7 @@ index), so they can be checked on hand-made samples:
     zero_std_fraction   fraction of groups whose weighted totals are all equal
     variance_shares     each term's share of the advantage variance (formula at the function)
     agreement_tables    2x2 counts of where two rewards agree on "success", with examples
-    pass_rates          per-prompt p_ref by the success reward (score >= 0.999)
+    pass_rates          per-prompt p_ref by the success reward (the success rule: score >= 0.999 x its maximum)
     decide_verdict      learnable / no signal (too hard, too easy) / a term dominates / unsound
 
 This module never prints and has no argparse (the CLI is reward_check_cli.py); torch and the model
@@ -37,15 +37,12 @@ from typing import Callable
 from . import dynamics
 from .config import Config
 from .errors import UserError
+from .tasks import build_reward_set
 
-SUCCESS_THRESHOLD = 0.999  # the trainer's rule: the success reward's score >= this is a success
 DEFAULT_CACHE_DIR = os.path.join("runs", ".reward-check-cache")
 CACHE_VERSION = 1
 GENERATION_BATCH = 32  # completions generated at once
 EQUAL_TOLERANCE = 1e-6  # totals closer than this count as equal (TRL: std ~ 0)
-# Built-in rewards that judge correctness (probed for soundness); the run's success reward always is.
-CORRECTNESS_REWARDS = ("correct_exact", "correct_numeric", "correct_math", "gsm8k_strict", "gsm8k_flexible",
-                       "countdown")
 
 # Verdict thresholds (docs/reward-check.md explains each).
 NO_SIGNAL_ZERO_STD = 0.85  # at least this fraction of groups with a constant total: no signal
@@ -89,7 +86,7 @@ class CheckSettings:
 class RewardStats:
     name: str
     weight: float
-    success_threshold: float  # a score >= this counts as "success" for the agreement tables
+    success_threshold: float  # a score >= this counts as "success" (0.999 x the reward's maximum)
     mean: float | None
     std: float | None
     fraction_none: float
@@ -204,30 +201,30 @@ def variance_shares(samples: list[ScoredSample], weights: dict, scale: str = "gr
     return {name: value / denominator for name, value in numerators.items()}
 
 
-def is_success(score, threshold: float) -> bool:
-    return score is not None and score >= threshold
+def pass_rates(samples: list[ScoredSample], success_name: str, maximum: float = 1.0) -> list[float]:
+    """Per group (in group order): the fraction of its samples the success reward credits (rewards.is_success)."""
+    from rewards import is_success
 
-
-def pass_rates(samples: list[ScoredSample], success_name: str, threshold: float = SUCCESS_THRESHOLD) -> list[float]:
-    """Per group (in group order): the fraction of its samples the success reward scores >= threshold."""
-    return [statistics.fmean(float(is_success(s.scores.get(success_name), threshold)) for s in members)
+    return [statistics.fmean(float(is_success(s.scores.get(success_name), maximum)) for s in members)
             for members in groups_of(samples).values()]
 
 
-def agreement_tables(samples: list[ScoredSample], thresholds: dict, examples: int = 3) -> list[Agreement]:
-    """For every pair of rewards (in `thresholds` order): counts of both / a only / b only / neither succeeding.
+def agreement_tables(samples: list[ScoredSample], maxima: dict, examples: int = 3) -> list[Agreement]:
+    """For every pair of rewards (in `maxima` order): counts of both / a only / b only / neither succeeding.
 
-    A reward "succeeds" on a sample when its score is >= its threshold (None never succeeds). Each
-    disagreement cell keeps up to `examples` samples.
+    A reward "succeeds" on a sample by the success rule (rewards.is_success: score >= 0.999 x its
+    maximum; None never succeeds). Each disagreement cell keeps up to `examples` samples.
     """
-    names = list(thresholds)
+    from rewards import is_success
+
+    names = list(maxima)
     tables = []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             cells = {"both": 0, "a_only": 0, "b_only": 0, "neither": 0}
             kept: dict[str, list] = {"a_only": [], "b_only": []}
             for sample in samples:
-                ok_a, ok_b = is_success(sample.scores.get(a), thresholds[a]), is_success(sample.scores.get(b), thresholds[b])
+                ok_a, ok_b = is_success(sample.scores.get(a), maxima[a]), is_success(sample.scores.get(b), maxima[b])
                 cell = "both" if ok_a and ok_b else "a_only" if ok_a else "b_only" if ok_b else "neither"
                 cells[cell] += 1
                 if cell in kept and len(kept[cell]) < examples:
@@ -408,23 +405,10 @@ def cached_samples(config: Config, rows: list[dict], settings: CheckSettings,
 
 # --- scoring and probing ------------------------------------------------------------------
 
-def reward_set(config: Config) -> list[tuple[str, float, object]]:
-    """(name, weight, SafeReward) for each reward of the config, plus the success reward (weight 0) if absent."""
-    import rewards
-
-    entries, seen = [], {}
-    specs = [(f"rewards[{i}]", spec.name, spec.weight, spec.params) for i, spec in enumerate(config.rewards)]
-    if config.success_reward not in [spec.name for spec in config.rewards]:
-        specs.append(("success_reward", config.success_reward, 0.0, {}))
-    for field_name, spec_name, weight, params in specs:
-        try:
-            fn = rewards.get(spec_name, **params)
-        except rewards.RewardSpecError as exc:
-            raise UserError(f"{field_name}: {exc}") from None
-        seen[fn.__name__] = seen.get(fn.__name__, 0) + 1
-        name = fn.__name__ if seen[fn.__name__] == 1 else f"{fn.__name__}#{seen[fn.__name__]}"
-        entries.append((name, float(weight), fn))
-    return entries
+def reward_entries(reward_set) -> list[tuple[str, float, object]]:
+    """(unique key, weight, SafeReward) for each reward of the set, plus the success reward (weight 0) if apart."""
+    weights = dict(zip(reward_set.keys, reward_set.weights))
+    return [(fn.__name__, weights.get(fn.__name__, 0.0), fn) for fn in reward_set.scored]
 
 
 def score_samples(entries: list, rows: list[dict], raw: list[dict]) -> list[ScoredSample]:
@@ -447,8 +431,9 @@ def probe_correctness(entries: list, rows: list[dict], success_name: str) -> dic
     """The soundness probe (rewards.probe) on the success reward and the built-in correctness rewards."""
     from rewards.probe import probe
 
+    from rewards.registry import CORRECTNESS
     chosen = [(name, fn) for name, _, fn in entries
-              if name == success_name or getattr(fn, "name", name) in CORRECTNESS_REWARDS]
+              if name == success_name or getattr(fn, "name", name) in CORRECTNESS]
     if not chosen:
         return {}
     columns = {}
@@ -473,7 +458,8 @@ def check_rewards(config: Config, settings: CheckSettings | None = None, progres
     done, total) is called as samples are generated ("generate"), scored ("score") and probed ("probe").
     """
     from . import data
-    from rewards.probe import reward_max
+    import rewards
+
 
     settings = (settings or CheckSettings()).check()
     started = time.time()
@@ -481,32 +467,36 @@ def check_rewards(config: Config, settings: CheckSettings | None = None, progres
     if not held_out:
         raise UserError("data.num_heldout: the check samples held-out prompts, and this config has none")
     rows = held_out[: settings.prompts]
-    entries = reward_set(config)
+    reward_set = build_reward_set(config.rewards, config.success_reward)
+    entries = reward_entries(reward_set)
     raw, cache = cached_samples(config, rows, settings, progress)
     scored_at = time.time()
     samples = score_samples(entries, rows, raw)
     if progress:
         progress("score", len(samples), len(samples))
     probed_at = time.time()
-    probe_rates = probe_correctness(entries, rows, config.success_reward)
+    probe_rates = probe_correctness(entries, rows, reward_set.success_key)
     if progress:
         progress("probe", 1, 1)
     finished = time.time()
-    thresholds = {name: SUCCESS_THRESHOLD * reward_max(fn) for name, _, fn in entries}
+    maxima = {name: rewards.reward_max(fn) for name, _, fn in entries}
     seconds = {"generate": cache.pop("seconds"), "score": round(probed_at - scored_at, 2),
                "probe": round(finished - probed_at, 2), "total": round(finished - started, 1)}
-    return summarize(config, rows, samples, entries, thresholds, probe_rates, cache, seconds, settings)
+    return summarize(config, rows, samples, entries, reward_set.success_key, maxima, probe_rates, cache, seconds,
+                     settings)
 
 
-def summarize(config: Config, rows: list[dict], samples: list[ScoredSample], entries: list, thresholds: dict,
-              probe_rates: dict, cache: dict, seconds: dict, settings: CheckSettings) -> RewardCheck:
+def summarize(config: Config, rows: list[dict], samples: list[ScoredSample], entries: list, success_name: str,
+              maxima: dict, probe_rates: dict, cache: dict, seconds: dict, settings: CheckSettings) -> RewardCheck:
     """Assemble the RewardCheck from the scored samples (all numbers come from the pure functions above)."""
     g = config.grpo
     weights = {name: weight for name, weight, _ in entries}
-    stats = [RewardStats(name=name, weight=weight, success_threshold=thresholds[name],
+    from rewards import SUCCESS_THRESHOLD
+
+    stats = [RewardStats(name=name, weight=weight, success_threshold=SUCCESS_THRESHOLD * maxima[name],
                          faults=dict(getattr(fn, "fault_counts", {})),
                          **reward_stats([s.scores[name] for s in samples], settings.bins)) for name, weight, fn in entries]
-    p_refs = pass_rates(samples, config.success_reward)
+    p_refs = pass_rates(samples, success_name, maxima[success_name])
     groups = groups_of(samples)
     per_prompt = []
     for index, row in enumerate(rows):
@@ -517,12 +507,12 @@ def summarize(config: Config, rows: list[dict], samples: list[ScoredSample], ent
                            "zero_std": bool(totals) and max(totals) - min(totals) <= EQUAL_TOLERANCE})
     zero_std = zero_std_fraction(samples, weights)
     shares = variance_shares(samples, weights, g.scale_rewards)
-    verdict = decide_verdict(zero_std, p_refs, shares, config.success_reward, probe_rates, weights, g.num_generations)
+    verdict = decide_verdict(zero_std, p_refs, shares, success_name, probe_rates, weights, g.num_generations)
     return RewardCheck(
         model=config.model.name, task=config.data.dataset or config.task_name, num_generations=g.num_generations,
         prompts=len(rows), samples=len(samples), seed=g.seed, max_new_tokens=g.max_completion_length,
         temperature=g.temperature, cache=cache, seconds=seconds, rewards=stats, zero_std_fraction=zero_std,
-        per_prompt=per_prompt, p_ref={"reward": config.success_reward, "threshold": SUCCESS_THRESHOLD,
+        per_prompt=per_prompt, p_ref={"reward": success_name, "threshold": SUCCESS_THRESHOLD * maxima[success_name],
                                       "mean": statistics.fmean(p_refs) if p_refs else None},
         forecast=forecast(p_refs, config), variance_scale=g.scale_rewards, variance_shares=shares,
-        agreement=agreement_tables(samples, thresholds, settings.examples), probe=probe_rates, verdict=verdict)
+        agreement=agreement_tables(samples, maxima, settings.examples), probe=probe_rates, verdict=verdict)

@@ -13,8 +13,9 @@ This package must not import the trainer (local_grpo) or any model code.
 """
 
 from rewards.errors import RewardSpecError
-from rewards.registry import SUCCESS_THRESHOLD, describe, get, is_success, load, name_uniquely, names, parse_reward_list, unique_keys
+from rewards.registry import (SUCCESS_THRESHOLD, describe, get, is_success, load, name_uniquely, names, parse_reward_list,
+                              reward_max, unique_keys)
 from rewards.safe import SafeReward
 
 __all__ = ["SUCCESS_THRESHOLD", "RewardSpecError", "SafeReward", "describe", "get", "is_success", "load", "name_uniquely", "names",
-           "parse_reward_list", "unique_keys"]
+           "parse_reward_list", "reward_max", "unique_keys"]

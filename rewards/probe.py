@@ -26,8 +26,9 @@ import tempfile
 from fractions import Fraction
 
 from rewards.extract import all_numbers, gold_number
-
-THRESHOLD = 0.999
+from rewards.registry import SUCCESS_THRESHOLD as THRESHOLD
+from rewards.registry import is_success
+from rewards.registry import reward_max as default_reward_max
 # Prompts with gold answers of every shape (thousands, decimals, fractions, negatives), for when a caller has none.
 EXAMPLE_ROWS = {"What is 17 + 25?": "42", "What is 999 + 235?": "1234", "What is half of one?": "0.5",
                 "What is 3 times 0.75?": "2.25", "What is 5 - 12?": "-7", "What is 47 + 38?": "85"}
@@ -287,11 +288,7 @@ def reward_max(fn, max_scores: dict | None = None) -> float:
     name = getattr(fn, "__name__", "reward")
     if max_scores and name in max_scores:
         return float(max_scores[name])
-    params = getattr(fn, "params", {}) or {}
-    for key in ("scale", "bonus"):
-        if isinstance(params.get(key), (int, float)) and params[key] > 0:
-            return float(params[key])
-    return 1.0
+    return default_reward_max(fn)
 
 
 def build_battery(prompts: list, answers: list, columns: dict | None = None, battery: str = "numeric") -> list[dict]:
@@ -331,7 +328,7 @@ def score_battery(fn, items: list[dict], prompts: list, answers: list, columns: 
     return scores
 
 
-def summarize(items: list[dict], scores: list, ceiling: float, threshold: float) -> dict:
+def summarize(items: list[dict], scores: list, ceiling: float) -> dict:
     """False-positive/negative rates per family and overall, and per-probe counts (with one example of each failure).
 
     The overall rates are the worst family's, so a small family (structured gold) a reward fails is
@@ -346,7 +343,7 @@ def summarize(items: list[dict], scores: list, ceiling: float, threshold: float)
         family = item.get("family", "numeric")
         entry = probes.setdefault(item["probe"], {"kind": item["kind"], "family": family, "credited": 0, "total": 0,
                                                   "none": 0, "abstained": 0})
-        credited = score is not None and score >= threshold * ceiling
+        credited = is_success(score, ceiling)
         abstained = score is None and family == STRUCTURED and item["kind"] == "right"
         entry["total"] += 1
         entry["credited"] += int(credited)
@@ -377,7 +374,7 @@ def rate(count: int, total: int) -> float:
 
 
 def probe(reward_fns: list, prompts: list, answers: list, columns: dict | None = None, battery: str | None = None,
-          threshold: float = THRESHOLD, max_scores: dict | None = None) -> dict:
+          max_scores: dict | None = None) -> dict:
     """Score the battery with every reward: {"rewards": {name: {false_positive_rate, false_negative_rate, probes}}, ...}.
 
     columns: extra dataset columns as lists (countdown needs nums and target); battery: "numeric" or
@@ -386,10 +383,10 @@ def probe(reward_fns: list, prompts: list, answers: list, columns: dict | None =
     columns = dict(columns or {})
     battery = battery or ("countdown" if {"nums", "target"} <= set(columns) else "numeric")
     items = build_battery(prompts, answers, columns, battery)
-    report = {"battery": battery, "rows": len(prompts), "completions": len(items), "threshold": threshold, "rewards": {}}
+    report = {"battery": battery, "rows": len(prompts), "completions": len(items), "threshold": THRESHOLD, "rewards": {}}
     for fn in reward_fns:
         scores = score_battery(fn, items, prompts, answers, columns)
-        report["rewards"][fn.__name__] = summarize(items, scores, reward_max(fn, max_scores), threshold)
+        report["rewards"][fn.__name__] = summarize(items, scores, reward_max(fn, max_scores))
         if hasattr(fn, "drain_events"):
             fn.drain_events()
     return report

@@ -35,12 +35,27 @@ BUILTINS = {
 }
 
 
-SUCCESS_THRESHOLD = 0.999  # a correctness score >= this counts as a success, everywhere
+# Built-ins that judge whether the answer is right (the soundness probe's battery applies to them).
+CORRECTNESS = ("correct_exact", "correct_numeric", "correct_math", "gsm8k_strict", "gsm8k_flexible", "countdown")
+
+SUCCESS_THRESHOLD = 0.999  # the success rule, everywhere: a score >= this x the reward's maximum
 
 
-def is_success(score) -> bool:
-    """Whether a correctness score counts as a success (None: cannot judge, so no)."""
-    return score is not None and score >= SUCCESS_THRESHOLD
+def reward_max(fn) -> float:
+    """The score that means "fully correct" for a reward: its `scale` or `bonus` parameter, else 1.0."""
+    params = getattr(fn, "params", {}) or {}
+    for key in ("scale", "bonus"):
+        if isinstance(params.get(key), (int, float)) and not isinstance(params[key], bool) and params[key] > 0:
+            return float(params[key])
+    return 1.0
+
+
+def is_success(score, maximum: float) -> bool:
+    """The one success rule: score >= SUCCESS_THRESHOLD x the reward's maximum (`reward_max`); None is no success.
+
+    Training's `success`, p_ref, eval's pass@k, the rewards check and the probe all judge with it.
+    """
+    return score is not None and score >= SUCCESS_THRESHOLD * maximum
 
 
 def unique_keys(reward_names: list[str]) -> list[str]:

@@ -54,7 +54,6 @@ def test_every_preset_validates(name):
         (lambda c: setattr(c.lora, "r", 0), "lora.r"),
         (lambda c: setattr(c.lora, "target_modules", []), "lora.target_modules"),
         (lambda c: setattr(c, "backend", "jax"), "backend"),
-        (lambda c: setattr(c.data, "task", "poetry"), "data.task"),
         (lambda c: setattr(c.model, "dtype", "int3"), "model.dtype"),
         (lambda c: setattr(c.grpo, "max_steps", "ten"), "grpo.max_steps"),
         (lambda c: setattr(c.grpo, "eval_steps", -1), "grpo.eval_steps"),

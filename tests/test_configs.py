@@ -6,7 +6,7 @@ import os
 import pytest
 
 import rewards
-from local_grpo import config
+from local_grpo import config, tasks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
@@ -32,7 +32,7 @@ def test_recipe_builds_trls_grpo_config(path, tmp_path):
     """The dry run `train` does before loading: every recipe's fields (grpo.trl included) reach GRPOConfig."""
     from local_grpo.train import trainer
 
-    recipe = config.validate(config.fill_defaults(config.load(path)))
+    recipe = config.validate(tasks.fill_defaults(config.load(path)))
     args = trainer.grpo_args(recipe, str(tmp_path), on_cuda=False, backend="hf")
     for key, value in recipe.grpo.trl.items():
         assert getattr(args, key) == value

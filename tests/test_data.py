@@ -6,9 +6,11 @@ import json
 import pytest
 
 from local_grpo.config import Config
-from local_grpo.data import GSM8K_DIR, extract_gold, load_examples
+from local_grpo.data import extract_gold, load_examples
 from local_grpo.errors import UserError
-from local_grpo.tasks import arithmetic_examples, countdown_examples
+from local_grpo.tasks.builtin.arithmetic import arithmetic_examples
+from local_grpo.tasks.builtin.countdown import countdown_examples
+from local_grpo.tasks.builtin.gsm8k import GSM8K_DIR
 
 
 def test_arithmetic_is_seeded_distinct_and_correct():

@@ -88,7 +88,8 @@ def test_eval_on_a_fixed_tiny_dataset(tiny_model_dir, tmp_path):
     data = tmp_path / "tiny.jsonl"
     rows = [{"question": f"What is {a} + {b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (10, 5), (7, 7), (2, 9)]]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    from local_grpo.config import Config, fill_defaults
+    from local_grpo.config import Config
+    from local_grpo.tasks import fill_defaults
 
     config = Config()
     config.model.name, config.backend = tiny_model_dir, "hf"

@@ -146,7 +146,7 @@ def smollm2_run(tmp_path_factory) -> str:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from local_grpo import config as config_mod
-    from local_grpo import models
+    from local_grpo import models, tasks
 
     path = models.resolve("embedded")
     run_dir = tmp_path_factory.mktemp("smollm2") / "run"
@@ -155,7 +155,7 @@ def smollm2_run(tmp_path_factory) -> str:
     config.data.num_train, config.data.num_heldout = 8, 2
     config.grpo.max_completion_length = 16
 
-    config = config_mod.fill_defaults(config)
+    config = tasks.fill_defaults(config)
     os.makedirs(run_dir / "adapter")
     config_mod.save(config, str(run_dir / "config.yaml"))
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),

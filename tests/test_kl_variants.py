@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from local_grpo.train import kl, trainer
-from local_grpo.config import Config, fill_defaults, validate
+from local_grpo.config import Config, validate
+from local_grpo.tasks import fill_defaults
 from local_grpo.errors import UserError
 
 

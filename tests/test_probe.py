@@ -170,9 +170,10 @@ def records(completions_and_totals, prompt="What is 17 + 25?", answer="42"):
 
 
 def test_audit_flags_top_rewarded_wrong_answers():
+    from local_grpo.tasks import get_task
     from local_grpo.train.audit import Auditor
 
-    auditor = Auditor("arithmetic", [1.0, 0.2])
+    auditor = Auditor(get_task("arithmetic").verifier, [1.0, 0.2])
     auditor.on_scored(1, records([("17 + 25 = 42\nAnswer: 42", 1.2), ("Answer: 1420", 1.0),
                                   ("The answer is not 42", 1.0), ("Answer: 43", 0.2)]))
     metrics = auditor.metrics(step=1)
@@ -181,7 +182,7 @@ def test_audit_flags_top_rewarded_wrong_answers():
 
 
 def test_audit_arithmetic_verifier_reads_an_equation_result():
-    from local_grpo.train.audit import arithmetic_verdict
+    from local_grpo.tasks.verifiers import integer_verdict as arithmetic_verdict
 
     row = {"prompt": "What is 13 + 56?", "answer": "69"}
     assert arithmetic_verdict({**row, "completion": "Sure. 13 + 56 = 69"})
@@ -194,7 +195,7 @@ def test_audit_arithmetic_verifier_reads_an_equation_result():
 
 
 def test_audit_countdown_checks_the_equation():
-    from local_grpo.train.audit import countdown_verdict
+    from local_grpo.tasks.builtin.countdown import countdown_verdict
 
     row = {"prompt": "Using the numbers [3, 5, 7], write an equation that equals 56.", "answer": "56"}
     assert countdown_verdict({**row, "completion": "Answer: (3 + 5) * 7"})
@@ -203,9 +204,10 @@ def test_audit_countdown_checks_the_equation():
 
 
 def test_audit_uses_math_verify_for_datasets():
+    from local_grpo.tasks import DATASET, builtin_tasks
     from local_grpo.train.audit import Auditor
 
-    auditor = Auditor("dataset", [1.0])
+    auditor = Auditor(builtin_tasks()[DATASET].verifier, [1.0])
     auditor.on_scored(1, records([("Answer: \\frac{1}{2}", 1.0), ("Answer: 3/4", 1.0)], answer="0.5"))
     assert auditor.metrics(step=1)["audit/disagreement"] == 0.5
 
@@ -245,7 +247,8 @@ def test_countdown_reward_reads_the_countdown_task_columns():
 
 
 def test_audit_verifiers_pass_the_probe_batteries():
-    from local_grpo.train.audit import arithmetic_verdict, countdown_verdict
+    from local_grpo.tasks.builtin.countdown import countdown_verdict
+    from local_grpo.tasks.verifiers import integer_verdict as arithmetic_verdict
 
     def as_reward(verdict):
         def reward(completions, prompts, answer, **kwargs):
@@ -256,7 +259,7 @@ def test_audit_verifiers_pass_the_probe_batteries():
 
     integer_rows = [(p, a) for p, a in zip(PROMPTS, ANSWERS) if "." not in a]
     report = probe([as_reward(arithmetic_verdict)], [p for p, _ in integer_rows], [a for _, a in integer_rows])
-    assert report["rewards"]["arithmetic_verdict"]["false_positive_rate"] == 0.0
+    assert report["rewards"]["integer_verdict"]["false_positive_rate"] == 0.0
     report = probe([as_reward(countdown_verdict)], COUNTDOWN_PROMPTS, [str(t) for t in COUNTDOWN_TARGETS],
                    {"nums": COUNTDOWN_NUMS, "target": COUNTDOWN_TARGETS})
     assert report["rewards"]["countdown_verdict"]["false_positive_rate"] == 0.0

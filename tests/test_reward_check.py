@@ -84,7 +84,7 @@ def test_agreement_tables_count_each_cell_and_keep_examples():
     scores = [{"c": 1, "f": 1}, {"c": 1, "f": 0}, {"c": 0, "f": 1}, {"c": 0, "f": 1},
               {"c": 0, "f": 0}, {"c": None, "f": 1}, {"c": 0, "f": 0.5}]
     texts = [["both", "c only", "f only 1", "f only 2", "neither", "c None, f only", "f half: neither"]]
-    tables = reward_check.agreement_tables(samples_from([scores], texts), {"c": 0.999, "f": 0.999}, examples=2)
+    tables = reward_check.agreement_tables(samples_from([scores], texts), {"c": 1.0, "f": 1.0}, examples=2)
     [table] = tables
     assert (table.a, table.b) == ("c", "f")
     assert (table.both, table.a_only, table.b_only, table.neither) == (1, 1, 3, 2)
@@ -93,9 +93,9 @@ def test_agreement_tables_count_each_cell_and_keep_examples():
     assert table.examples["b_only"][0]["scores"] == {"c": 0, "f": 1}
 
 
-def test_agreement_tables_cover_every_pair_with_each_reward_threshold():
+def test_agreement_tables_cover_every_pair_with_each_reward_maximum():
     samples = samples_from([[{"x": 2.0, "y": 1.0, "z": 0.0}]])
-    tables = reward_check.agreement_tables(samples, {"x": 2.0, "y": 0.999, "z": 0.999})
+    tables = reward_check.agreement_tables(samples, {"x": 2.0, "y": 1.0, "z": 1.0})
     assert [(t.a, t.b) for t in tables] == [("x", "y"), ("x", "z"), ("y", "z")]
     assert [(t.both, t.a_only, t.b_only, t.neither) for t in tables] == [(1, 0, 0, 0), (0, 1, 0, 0), (0, 1, 0, 0)]
 

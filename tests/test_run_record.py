@@ -102,7 +102,7 @@ def test_held_out_eval_matches_the_eval_greedy_path_and_leaves_training_as_it_wa
 
     import rewards
     from local_grpo import backends, data, evaluate
-    from local_grpo.config import fill_defaults
+    from local_grpo.tasks import RewardSet, fill_defaults
     from local_grpo.train.held_out_eval import HeldOutEval
     from local_grpo.train.recorder import RewardRecorder
 
@@ -122,7 +122,7 @@ def test_held_out_eval_matches_the_eval_greedy_path_and_leaves_training_as_it_wa
     assert hook(2) == {} and hook(4) == {}
     logged = hook(3)
     assert loaded.model.training and torch.equal(rng, torch.random.get_rng_state())
-    expected, _ = evaluate.evaluate(loaded.model, loaded.tokenizer, held_out[:4], [even], "even_answer",
+    expected, _ = evaluate.evaluate(loaded.model, loaded.tokenizer, held_out[:4], RewardSet([even], [1.0], even),
                                     evaluate.EvalSettings(samples=0, max_new_tokens=6), progress=False)
     assert logged["eval/pass@1"] == expected["pass@1_greedy"] == share_even
     loaded.model.eval()

@@ -158,7 +158,7 @@ def test_live_length_drift_is_info_then_an_alert_once_success_stops_rising(tmp_p
 def test_train_summary_counts_reward_faults_apart_from_signal_findings(tmp_path):
     from types import SimpleNamespace
 
-    from local_grpo.config import fill_defaults
+    from local_grpo.tasks import fill_defaults
     from local_grpo.train import run as train
 
     run = RunDir.create(str(tmp_path / "run"))

@@ -10,7 +10,8 @@ import inspect
 
 import pytest
 
-from local_grpo.config import Config, fill_defaults, validate
+from local_grpo.config import Config, validate
+from local_grpo.tasks import fill_defaults
 from local_grpo.errors import UserError
 from local_grpo.train import trainer
 

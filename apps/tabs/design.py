@@ -122,7 +122,7 @@ def check_outputs(result: dict):
 
 def check_layout(studio: Studio) -> dict:
     """The "Check rewards" panel: the Train form's kind of inputs, then the check's numbers and verdict."""
-    from local_grpo import config as config_mod
+    from local_grpo import tasks
     from local_grpo.presets import PRESETS
 
     with gr.Accordion("Check rewards: will this reward set teach the base model? (before training)", open=True,
@@ -134,7 +134,7 @@ def check_layout(studio: Studio) -> dict:
             check_model = gr.Textbox("embedded", label="Model", info="embedded, a local folder, or a hub id",
                                      elem_id="check-model")
             check_preset = gr.Dropdown(["", *PRESETS], value="cpu", label="Preset", elem_id="check-preset")
-            check_task = gr.Dropdown(list(config_mod.TASKS), value="arithmetic", label="Task")
+            check_task = gr.Dropdown(tasks.builtin_names(), value="arithmetic", label="Task")
             check_dataset = gr.Textbox(label="Dataset (instead of a task)")
         check_rewards_box = gr.Textbox(label="Rewards (one per line: name: weight; empty = the task's defaults)", lines=3,
                                        placeholder="format_soft: 0.2\ncorrect_numeric: 1.0", elem_id="check-rewards")

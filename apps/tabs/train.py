@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import gradio as gr
 
 from local_grpo import config as config_mod
+from local_grpo import tasks
 from local_grpo.errors import UserError
 from local_grpo.presets import PRESETS
 
@@ -85,7 +86,7 @@ def layout(studio: Studio) -> SimpleNamespace:
                             info=_help(config_mod.ModelConfig, "name"))
         preset = gr.Dropdown(["", *PRESETS], value="cpu", label="Preset", info=_help(config_mod.Config, "preset"))
     with gr.Row():
-        task = gr.Dropdown(list(config_mod.TASKS), value="arithmetic", label="Task",
+        task = gr.Dropdown(tasks.builtin_names(), value="arithmetic", label="Task",
                            info=_help(config_mod.DataConfig, "task"))
         dataset = gr.Textbox(label="Dataset (instead of a task)", info=_help(config_mod.DataConfig, "dataset"))
         max_steps = gr.Number(40, precision=0, label="Max steps", info=_help(config_mod.GRPOSettings, "max_steps"))

@@ -7,7 +7,7 @@ import os
 import sys
 
 from .. import config as config_mod
-from .. import rundir
+from .. import rundir, tasks
 from ..config import Config
 from ..errors import UserError
 from ..evaluate import EvalSettings, run_eval, write_results
@@ -58,7 +58,7 @@ def config_for_args(args) -> tuple[Config, str | None]:
             config.data.num_heldout = args.n
     if adapter is not None and not os.path.isdir(adapter):
         raise UserError(f"--adapter: no such folder: {adapter}")
-    config_mod.validate(config_mod.fill_defaults(config))
+    config_mod.validate(tasks.fill_defaults(config))
     return config, adapter
 
 

@@ -13,7 +13,7 @@ import json
 import sys
 
 from .. import config as config_mod
-from .. import models
+from .. import models, tasks
 from ..errors import UserError
 from ..output import stdout_to_stderr
 from .common import add_config_flags, config_from_args
@@ -42,7 +42,7 @@ def check_config(args) -> config_mod.Config:
     config = config_from_args(args)
     if not config.output_dir:
         config.output_dir = "unused"  # the check never creates a run directory
-    config = config_mod.fill_defaults(config)
+    config = tasks.fill_defaults(config)
     config_mod.validate(config)
     models.check_name(config.model.name, config.model.gguf_file)
     return config

@@ -15,10 +15,11 @@ import statistics
 import sys
 
 from rewards.errors import RewardSpecError
-from rewards.registry import describe, load, name_uniquely, names, parse_reward_list
+from rewards.registry import describe, names, parse_reward_list
 
-from ..config import Config
+from ..config import Config, RewardSpec
 from ..data import load_examples
+from ..tasks import RewardSet, build_reward_set
 from . import reward_check
 
 BATCH_SIZE = 64
@@ -41,7 +42,8 @@ def register_cli(subparsers) -> argparse.ArgumentParser:
                                   "(reward hacks) with each reward, before training")
     probing.add_argument("--rewards", required=True, help="name,... or path/to/file.py:function,... (weights ignored)")
     source = probing.add_mutually_exclusive_group()
-    source.add_argument("--task", help="built-in task whose prompts and gold answers to use (default arithmetic)")
+    source.add_argument("--task", help="task whose prompts and gold answers to use: a built-in (default arithmetic) "
+                        "or path/to/file.py:NAME")
     source.add_argument("--dataset", help="local .jsonl/.csv/.parquet file with question and answer columns")
     probing.add_argument("--n", type=int, default=50, help="prompts to build the battery from (default 50)")
     probing.add_argument("--json", action="store_true", help="print one JSON object")
@@ -94,6 +96,12 @@ def batch_kwargs(rows: list[dict]) -> dict:
     return kwargs
 
 
+def reward_list(text: str) -> RewardSet:
+    """The --rewards list built like a run's rewards (unique keys); a bare file.py stands for each of its functions."""
+    specs = [RewardSpec(name=spec, weight=weight) for spec, weight in parse_reward_list(text)]
+    return build_reward_set(specs, expand_files=True, field="--rewards")
+
+
 def score_rows(reward_fns: list, rows: list[dict]) -> dict[str, list]:
     """Scores of every reward for every row, in batches."""
     scores: dict[str, list] = {fn.__name__: [] for fn in reward_fns}
@@ -117,17 +125,13 @@ def summary(values: list, faults: dict) -> dict:
 
 def score_command(args) -> int:
     """Score the completions file with the weighted reward list; print rows and a summary."""
-    weighted = []
-    for spec, weight in parse_reward_list(args.rewards):
-        weighted.extend((fn, weight) for fn in load(spec))
-    reward_fns = [fn for fn, _ in weighted]
-    name_uniquely(reward_fns)
+    reward_set = reward_list(args.rewards)
+    reward_fns = reward_set.functions
     rows = read_completions(args.completions)
     scores = score_rows(reward_fns, rows)
-    totals = [sum(w * scores[fn.__name__][i] for fn, w in weighted if scores[fn.__name__][i] is not None)
-              for i in range(len(rows))]
+    totals = [reward_set.total({key: values[i] for key, values in scores.items()}) for i in range(len(rows))]
     report = {
-        "rewards": [{"name": fn.__name__, "weight": w} for fn, w in weighted],
+        "rewards": [{"name": key, "weight": w} for key, w in zip(reward_set.keys, reward_set.weights)],
         "completions": [{"index": i, "scores": {fn.__name__: scores[fn.__name__][i] for fn in reward_fns},
                          "total": totals[i]} for i in range(len(rows))],
         "summary": {fn.__name__: summary(scores[fn.__name__], fn.fault_counts) for fn in reward_fns},
@@ -154,8 +158,7 @@ def probe_command(args) -> int:
     """Probe every reward with the battery built from the task's prompts; print the table or JSON."""
     from rewards.probe import format_table, probe
 
-    reward_fns = [fn for spec, _ in parse_reward_list(args.rewards) for fn in load(spec)]
-    name_uniquely(reward_fns)
+    reward_fns = reward_list(args.rewards).functions
     rows = probe_rows(args)
     columns = {}
     if all("numbers" in row and "target" in row for row in rows):

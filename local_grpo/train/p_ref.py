@@ -95,7 +95,7 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
         drain()
     per_prompt = []
     for i, row in enumerate(rows):
-        hits = [float(rewards.is_success(s)) for s, j in zip(scores, jobs) if j == i]
+        hits = [float(rewards.is_success(s, rewards.reward_max(success_fn))) for s, j in zip(scores, jobs) if j == i]
         per_prompt.append({"prompt": row.get("question") or str(row["prompt"]), "p_ref": sum(hits) / len(hits),
                            "successes": int(sum(hits)), "samples": len(hits)})
     mean = sum(p["p_ref"] for p in per_prompt) / len(per_prompt)

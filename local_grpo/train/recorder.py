@@ -91,21 +91,26 @@ class RewardRecorder:
         The success reward's events (a fault, a reloaded file) are recorded at `step`, the first
         training step that will score with the code they report.
         """
-        import rewards
 
         scores = self.success_fn(completions, **kwargs)
         self._write_events(self.success_fn, step)
-        return [int(rewards.is_success(s)) for s in scores]
+        return self.successes(scores)
+
+    def successes(self, scores: list) -> list[int]:
+        """1/0 per success-reward score, by the one success rule (rewards.is_success: >= 0.999 x its maximum)."""
+        import rewards
+
+        maximum = rewards.reward_max(self.success_fn)
+        return [int(rewards.is_success(s, maximum)) for s in scores]
 
     def _finish_batch(self, completions, kwargs) -> None:
-        import rewards
         from rewards.extract import completion_text
 
         success_scores = self.batch.scores.get(self.success_fn.__name__)
         if success_scores is None or self.success_fn not in self.reward_fns:
             success_scores = self.success_fn(completions, **kwargs)
             self._write_events(self.success_fn)
-        success = [int(rewards.is_success(s)) for s in success_scores]
+        success = self.successes(success_scores)
         self.success_window.extend(success)
         records = []
         for i, completion in enumerate(completions):

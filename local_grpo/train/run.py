@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from threadpoolctl import ThreadpoolController
 
 from .. import backends, data, models, plan, rundir
-from ..config import Config, fill_defaults, validate
+from ..config import Config, validate
 from ..config import load as load_config
 from ..config import save as save_config
 from ..errors import UserError
 from ..rundir import RunDir
+from ..tasks import build_reward_set, fill_defaults
 from . import diagnostics, p_ref, trainer
 from .callbacks import RunDirCallback
 from .held_out_eval import HeldOutEval
@@ -124,28 +125,15 @@ def checked_config(config: Config, resume: bool, overwrite: bool) -> Config:
 
 
 def reward_recorder(config: Config) -> RewardRecorder:
-    """The run's rewards, each built once; a bad name or file is a UserError naming its config entry."""
-    import rewards
-
-    reward_fns = []
-    for i, spec in enumerate(config.rewards):
-        try:
-            reward_fns.append(rewards.get(spec.name, **spec.params))
-        except rewards.RewardSpecError as exc:
-            raise UserError(f"rewards[{i}]: {exc}") from None
-    success_fn = next((f for f in reward_fns if f.__name__ == config.success_reward), None)
-    if success_fn is None:
-        try:
-            success_fn = rewards.get(config.success_reward)
-        except rewards.RewardSpecError as exc:
-            raise UserError(f"success_reward: {exc}") from None
-    return RewardRecorder(None, reward_fns, [s.weight for s in config.rewards], success_fn)
+    """The run's rewards, each built once (tasks.build_reward_set); a bad name or file is a UserError naming its entry."""
+    reward_set = build_reward_set(config.rewards, config.success_reward)
+    return RewardRecorder(None, reward_set.functions, reward_set.weights, reward_set.success)
 
 
 def record_reward_files(run: RunDir, config: Config, recorder: RewardRecorder, start_step: int) -> None:
-    """Keep the user reward files' versions from the first step on, and each version a reload brings."""
+    """Keep the user reward files' (and task file's) versions from the first step on, and each version a reload brings."""
     log = RewardFileLog(run, config, recorder)
-    if not log.specs:
+    if not log.specs and not log.task_spec:
         return
     run.keep_reward_files_up_to(start_step)  # --resume redoes later steps, with the files as they are now
     log.start(start_step + 1)
