@@ -12,6 +12,7 @@ import os
 import statistics
 import time
 
+from local_grpo.tasks import builtin_tasks
 from local_grpo.train.audit import Auditor
 
 STEP_COMPLETIONS = 16
@@ -33,7 +34,7 @@ def step_records(prompt: str, answer: str, texts: list[str]) -> list[dict]:
 def cost_ms(task: str) -> dict:
     """Median and max milliseconds per step for a task's verifier (first call, warm-up, reported apart)."""
     prompt, answer, texts = BATCHES[task]
-    auditor = Auditor(task, [1.0])
+    auditor = Auditor(builtin_tasks()[task].verifier, [1.0])
     records = step_records(prompt, answer, texts)
     started = time.perf_counter()
     auditor.on_scored(1, records)
