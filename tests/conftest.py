@@ -59,6 +59,32 @@ def trained_tiny_run(tiny_model_dir, tmp_path_factory) -> str:
     return config.output_dir
 
 
+@pytest.fixture(scope="session")
+def smollm2_tokenizer_dir(tmp_path_factory) -> str:
+    """The embedded SmolLM2's real tokenizer alone in a folder, once per session (the first use on a machine
+    converts the embedded model into the model cache, ~60 s)."""
+    from tiny_model import save_smollm2_tokenizer
+
+    return save_smollm2_tokenizer(str(tmp_path_factory.mktemp("smollm2-tokenizer")))
+
+
+@pytest.fixture(scope="session")
+def tiny_architecture(smollm2_tokenizer_dir, tmp_path_factory):
+    """`tiny_architecture(name)`: the folder of a tiny random model of architecture `name` (a key of
+    tiny_model.ARCHITECTURES: smollm2, llama3, qwen2, qwen3, gemma3, phi3) with SmolLM2's tokenizer,
+    built on first use and kept for the session."""
+    from tiny_model import build_architecture
+
+    built: dict[str, str] = {}
+
+    def folder(name: str) -> str:
+        if name not in built:
+            built[name] = build_architecture(name, str(tmp_path_factory.mktemp(f"tiny-{name}")), smollm2_tokenizer_dir)
+        return built[name]
+
+    return folder
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """The tiny model runs ~10x faster on one thread on a busy 2-core machine."""
