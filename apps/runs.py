@@ -253,6 +253,12 @@ def prompt_curve(completions: list[dict], prompt: str) -> pd.DataFrame:
 COMPLETION_VIEWS = ("latest", "best", "worst", "faults")
 
 
+def completion_text(record: dict) -> str:
+    """What the Watch tab shows of one completions.jsonl record's completion (the tables and the per-prompt
+    history all go through here)."""
+    return str(record.get("completion", ""))
+
+
 def completions_table(completions: list[dict], view: str = "latest", limit: int = 50) -> pd.DataFrame:
     """The completions to show: latest step's, best/worst by total, those with a failed (null) reward,
     or ("all") every one in the given order.
@@ -283,7 +289,7 @@ def completions_table(completions: list[dict], view: str = "latest", limit: int 
             "step": record.get("step"),
             "prompt": _short(record.get("prompt")),
             "answer": "" if record.get("answer") is None else str(record.get("answer")),
-            "completion": str(record.get("completion", "")),
+            "completion": completion_text(record),
         }
         scores = record.get("rewards") or {}
         for name in names:

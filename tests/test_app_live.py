@@ -78,6 +78,11 @@ def plot(output: dict) -> dict:
     return output.get("value", output) if output.get("__type__") == "update" else output
 
 
+def sent(output) -> bool:
+    """False for an output the handler left out (gradio_client gets a bare update for it)."""
+    return output != {"__type__": "update"}
+
+
 def points(output: dict, series: str) -> list[tuple]:
     """(step, value) points of one series of a LinePlot output."""
     return [(row[0], row[1]) for row in plot(output)["data"] if row[2] == series]
@@ -192,6 +197,7 @@ def test_check_rewards_on_the_tiny_model_then_its_samples_in_the_designer(client
     from apps.designer import TEMPLATE
 
     outputs = client.predict(tiny_model_dir, *CHECK_FORM, api_name="/check_rewards")
+    assert all(sent(output) for output in outputs)  # the handler fills every output it is wired to
     verdict, stats, histogram, shares, per_prompt, agreement, examples, probe, cache = outputs
     assert "Verdict:" in verdict and "2 held-out prompts × G=4 = 8 completions" in verdict
     assert {row["reward"] for row in rows(stats)} >= {"correct_numeric", "format_soft"}
@@ -237,9 +243,11 @@ def test_generate_samples_with_a_local_model(client, tiny_model_dir):
 def test_train_from_the_app_with_a_live_weight_change(client, runs_root, tiny_model_dir):
     """Start a run (its own process), change a weight while it runs, see the trainer record it."""
     extras = [4, 8, 12, None, None, None, "", 4, ""]  # num-generations, batch, completion length, ..., lora-r
-    message, _watch, _export = client.predict("live", tiny_model_dir, "arithmetic", "", "format_soft: 0.5\ncorrect_numeric: 1",
-                                              "cpu", 3, *extras, api_name="/start_training")
+    message, watch_run, export_runs = client.predict("live", tiny_model_dir, "arithmetic", "",
+                                                     "format_soft: 0.5\ncorrect_numeric: 1", "cpu", 3, *extras,
+                                                     api_name="/start_training")
     assert "Started **live**" in message
+    assert watch_run == "live" and "choices" in export_runs  # Watch opens the run; Export's list is refreshed
     run_dir = os.path.join(runs_root, "live")
     deadline = time.monotonic() + 120
     while not os.path.isfile(os.path.join(run_dir, "config.yaml")) and time.monotonic() < deadline:

@@ -10,7 +10,8 @@ import pytest
 
 from apps import designer, launcher, runs
 from local_grpo.cli.app import is_loopback
-from apps.tabs.train import form_overrides, parse_weights
+from apps.tabs.common import parse_weights
+from apps.tabs.train import form_overrides
 from local_grpo.errors import UserError
 from local_grpo.rundir import RunDir
 

@@ -1,5 +1,9 @@
-"""The studio's tabs, one module each: `layout(studio)` builds its components, `wire(studio, ui)` its events.
+"""The studio's tabs, one module each, and the Design tab's Check rewards panel (check_panel.py).
 
-`studio` is the apps.studio.Studio context (runs folder, run lookup); `ui` holds every tab's components
-by tab name, so an event of one tab can update another (Train's start fills Watch's run list).
+`layout(studio)` builds a tab's components and returns its record: a frozen dataclass of the components
+its events use (DesignTab, TrainTab, WatchTab, ExportTab; CheckPanel inside DesignTab).
+`wire(studio, record, ...)` adds its events, taking any other tab's record or component it reads or
+updates as a named parameter (Train's start fills Watch's run and Export's run list). A handler with
+several outputs returns a {component: value} dict. `studio` is the apps.tabs.common.Studio context
+(runs folder, run lookup).
 """

@@ -1,4 +1,4 @@
-"""Helpers every tab uses: UserError -> gr.Error, and the studio's paths."""
+"""Helpers the tabs share: UserError -> gr.Error, the studio's paths, and the `name: weight` lines of reward boxes."""
 
 from __future__ import annotations
 
@@ -46,3 +46,28 @@ class Studio:
 
     def run_choices(self) -> list[str]:
         return runs.find_runs(self.runs_root)
+
+
+def task_choices() -> list[str]:
+    """The built-in tasks the Train form and the check panel offer (their one source in the studio)."""
+    from local_grpo import tasks
+
+    return tasks.builtin_names()
+
+
+def parse_weights(text: str, field: str) -> dict[str, float]:
+    """Lines `name: weight` (or just `name`, weight 1) → {name: weight}; `path.py:function` keeps its colon."""
+    weights: dict[str, float] = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        head, _, tail = line.rpartition(":")
+        try:
+            name, weight = head.strip(), float(tail)
+        except ValueError:
+            name, weight = line, 1.0
+        if not name:
+            raise UserError(f"{field}: {line!r} needs a reward name before the weight")
+        weights[name] = weight
+    return weights

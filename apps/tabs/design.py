@@ -1,21 +1,22 @@
 """Design rewards: edit reward code, load or generate samples, score, probe for hacks, compare with a
 reference reward, save a reward file (and send it to the Train tab), and check a reward set on the base
-model before training (apps.checks)."""
+model before training (the panel of apps.tabs.check_panel)."""
 
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import gradio as gr
 
 from local_grpo.errors import UserError
 
-from apps import checks, designer, generate
+from apps import designer, generate, runs
+from apps.tabs import check_panel
 from apps.tabs.common import Studio, user_errors
-from apps.tabs.train import parse_weights
+from apps.tabs.train import TAB_ID as TRAIN_TAB_ID, TrainTab
 
-CHECK_STAGES = {"generate": "sampling the base model", "score": "scoring", "probe": "soundness probe"}
+TITLE, TAB_ID = "Design rewards", "design"
 
 
 def code_sources(studio: Studio) -> list[str]:
@@ -26,8 +27,6 @@ def code_sources(studio: Studio) -> list[str]:
 
 def load_code(studio: Studio, source: str) -> str:
     import rewards
-
-    from apps import runs
 
     if not source or source == "template":
         return designer.TEMPLATE
@@ -46,15 +45,13 @@ def generate_samples(model: str, prompts_text: str, answers_text: str, n: float,
     return designer.samples_to_text(samples)
 
 
-def score(code: str, samples_text: str, timeout_s: float, chat: bool):
+def score(code: str, samples_text: str, timeout_s: float, chat: bool) -> designer.ScoreResult:
+    """The edited functions on the pasted samples; bad samples are the result's problem, not an error."""
     try:
         samples = designer.parse_samples(samples_text)
     except UserError as error:
-        result = designer.ScoreResult(problem=str(error))
-    else:
-        result = designer.score_code(code, samples, timeout_s=float(timeout_s or designer.DEFAULT_TIMEOUT_S),
-                                     chat=bool(chat))
-    return designer.summary_markdown(result), designer.results_table(result), designer.histogram_frame(result)
+        return designer.ScoreResult(problem=str(error))
+    return designer.score_code(code, samples, timeout_s=float(timeout_s or designer.DEFAULT_TIMEOUT_S), chat=bool(chat))
 
 
 def probe_rewards(code: str, samples_text: str):
@@ -78,23 +75,8 @@ def reference_sources(studio: Studio) -> list[str]:
     return [*rewards.names(), *designer.saved_reward_specs(studio.rewards_dir)]
 
 
-def compare(code: str, samples_text: str, reference: str, timeout_s: float, chat: bool):
-    """The edited functions' scores beside a reference reward's, on the samples where they disagree."""
-    samples = designer.parse_samples(samples_text)
-    timeout_s = float(timeout_s or designer.DEFAULT_TIMEOUT_S)
-    result = designer.score_code(code, samples, timeout_s=timeout_s, chat=bool(chat))
-    if result.problem:
-        return designer.compare_markdown(result, {}), None
-    reference_scores, reference_max = designer.score_reference(reference, samples, timeout_s=timeout_s, chat=bool(chat))
-    found = designer.disagreements(result, reference.strip(), reference_scores, reference_max)
-    return (designer.compare_markdown(result, found),
-            designer.compare_table(result, reference.strip(), reference_scores, found))
-
-
 def saved_specs_text(studio: Studio, file_name: str) -> str:
     """`path.py:function: 1` lines for every function of the saved file named in the Save-as box."""
-    from apps import runs
-
     stem = (file_name or "").strip().removesuffix(".py")
     path = runs.resolve_under(studio.rewards_dir, stem + ".py", "file name")
     if not stem or not os.path.isfile(path):
@@ -106,70 +88,44 @@ def saved_specs_text(studio: Studio, file_name: str) -> str:
     return "\n".join(f"{spec}: 1" for spec in specs)
 
 
-def check_request(model, preset, task, dataset, rewards_text, num_generations, max_tokens, prompts, fresh):
-    return checks.CheckRequest(model=model or "embedded", preset=preset or "", task=task or "arithmetic",
-                               dataset=dataset or "", rewards=parse_weights(rewards_text, "check rewards"),
-                               num_generations=int(num_generations) if num_generations else None,  # 0/empty: preset
-                               max_completion_length=int(max_tokens) if max_tokens else None,
-                               prompts=8 if prompts in (None, "") else int(prompts), fresh=bool(fresh))
+@dataclass(frozen=True)
+class DesignTab:
+    """The Design rewards tab's components that events use, with its Check rewards panel."""
+
+    source: gr.Dropdown
+    load_code_btn: gr.Button
+    code: gr.Code
+    file_name: gr.Textbox
+    save_btn: gr.Button
+    train_with_btn: gr.Button
+    save_message: gr.Markdown
+    reference: gr.Dropdown
+    compare_btn: gr.Button
+    sample_run: gr.Dropdown
+    sample_steps: gr.Number
+    samples_from_run_btn: gr.Button
+    gen_model: gr.Textbox
+    gen_prompts: gr.Textbox
+    gen_answers: gr.Textbox
+    gen_n: gr.Number
+    gen_tokens: gr.Number
+    generate_btn: gr.Button
+    samples: gr.Textbox
+    timeout: gr.Slider
+    chat: gr.Checkbox
+    score_btn: gr.Button
+    probe_btn: gr.Button
+    score_summary: gr.Markdown
+    score_table: gr.Dataframe
+    histogram: gr.BarPlot
+    probe_report: gr.Markdown
+    compare_summary: gr.Markdown
+    compare_table: gr.Dataframe
+    check: check_panel.CheckPanel
 
 
-def check_outputs(result: dict):
-    return (checks.verdict_markdown(result), checks.reward_stats_table(result), checks.histogram_frame(result),
-            checks.shares_frame(result), checks.per_prompt_table(result), checks.agreement_table(result),
-            checks.disagreement_examples(result), checks.probe_table(result))
 
-
-def check_layout(studio: Studio) -> dict:
-    """The "Check rewards" panel: the Train form's kind of inputs, then the check's numbers and verdict."""
-    from local_grpo import tasks
-    from local_grpo.presets import PRESETS
-
-    with gr.Accordion("Check rewards: will this reward set teach the base model? (before training)", open=True,
-                      elem_id="check-panel"):
-        gr.Markdown("Samples G completions for each of K held-out prompts from the *base* model (cached under "
-                    "the runs folder's `.reward-check-cache/`), scores them with the reward set and says whether GRPO "
-                    "gets a learning signal. Same as `local-grpo rewards check` (docs/reward-check.md).")
-        with gr.Row():
-            check_model = gr.Textbox("embedded", label="Model", info="embedded, a local folder, or a hub id",
-                                     elem_id="check-model")
-            check_preset = gr.Dropdown(["", *PRESETS], value="cpu", label="Preset", elem_id="check-preset")
-            check_task = gr.Dropdown(tasks.builtin_names(), value="arithmetic", label="Task")
-            check_dataset = gr.Textbox(label="Dataset (instead of a task)")
-        check_rewards_box = gr.Textbox(label="Rewards (one per line: name: weight; empty = the task's defaults)", lines=3,
-                                       placeholder="format_soft: 0.2\ncorrect_numeric: 1.0", elem_id="check-rewards")
-        with gr.Row():
-            check_g = gr.Number(None, label="num-generations (G; 0 = preset)", precision=0, elem_id="check-g")
-            check_tokens = gr.Number(None, label="max-completion-length (0 = preset)", precision=0,
-                                     elem_id="check-tokens")
-            check_prompts = gr.Number(8, label="held-out prompts (K)", precision=0, elem_id="check-k")
-            check_fresh = gr.Checkbox(False, label="fresh samples (ignore the cache)")
-        with gr.Row():
-            check_from_train_btn = gr.Button("Use the Train tab's settings")
-            check_btn = gr.Button("Check rewards", variant="primary", elem_id="check-rewards-btn")
-        check_verdict = gr.Markdown(elem_id="check-verdict")
-        check_stats = gr.Dataframe(checks.reward_stats_table({}), label="Per reward", interactive=False, elem_id="check-stats")
-        with gr.Row():
-            check_histogram = gr.BarPlot(None, x="bin", y="count", color="reward", title="Score histograms (10 bins, "
-                                         "each reward's own range)", height=240, elem_id="check-histogram")
-            check_shares = gr.BarPlot(None, x="reward", y="share", title="Share of the advantage variance", height=240,
-                                      elem_id="check-shares")
-        check_prompts_df = gr.Dataframe(checks.per_prompt_table({}), label="Per prompt: p_ref (pass rate at G) and the group's total",
-                                        interactive=False, wrap=True, elem_id="check-per-prompt")
-        with gr.Row():
-            check_agreement = gr.Dataframe(checks.agreement_table({}), label="Agreement on success between rewards", interactive=False,
-                                           elem_id="check-agreement")
-            check_probe = gr.Dataframe(checks.probe_table({}), label="Soundness probe (correctness rewards)", interactive=False)
-        check_examples = gr.Dataframe(checks.disagreement_examples({}), label="Disagreements: example completions", interactive=False, wrap=True,
-                                      max_height=300)
-        with gr.Row():
-            check_cache = gr.Dropdown(checks.cache_files(studio.runs_root), label="Cached check samples", scale=3,
-                                      elem_id="check-cache")
-            check_samples_btn = gr.Button("Load into the samples box", scale=1)
-    return {k: v for k, v in locals().items() if k.startswith("check_")}
-
-
-def layout(studio: Studio) -> SimpleNamespace:
+def layout(studio: Studio) -> DesignTab:
     with gr.Row():
         with gr.Column(scale=3):
             with gr.Row():
@@ -215,74 +171,74 @@ def layout(studio: Studio) -> SimpleNamespace:
                            elem_id="histogram")
     probe_report = gr.Markdown(elem_id="probe-report")
     compare_summary = gr.Markdown(elem_id="compare-summary")
-    compare_df = gr.Dataframe(label="Where the edited code and the reference disagree on success", wrap=True,
-                              max_height=420, interactive=False, elem_id="compare-table")
-    panel = check_layout(studio)
-    return SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("studio", "panel")}, **panel)
+    compare_table = gr.Dataframe(label="Where the edited code and the reference disagree on success", wrap=True,
+                                 max_height=420, interactive=False, elem_id="compare-table")
+    return DesignTab(source=source, load_code_btn=load_code_btn, code=code, file_name=file_name, save_btn=save_btn,
+                     train_with_btn=train_with_btn, save_message=save_message, reference=reference,
+                     compare_btn=compare_btn, sample_run=sample_run, sample_steps=sample_steps,
+                     samples_from_run_btn=samples_from_run_btn, gen_model=gen_model, gen_prompts=gen_prompts,
+                     gen_answers=gen_answers, gen_n=gen_n, gen_tokens=gen_tokens, generate_btn=generate_btn,
+                     samples=samples, timeout=timeout, chat=chat, score_btn=score_btn, probe_btn=probe_btn,
+                     score_summary=score_summary, score_table=score_table, histogram=histogram,
+                     probe_report=probe_report, compare_summary=compare_summary, compare_table=compare_table,
+                     check=check_panel.layout(studio))
 
 
-def wire(studio: Studio, ui: SimpleNamespace) -> None:
-    d = ui.design
-
+def wire(studio: Studio, design: DesignTab, train: TrainTab, tabs: gr.Tabs) -> None:
+    """The designer's events and its check panel's; "Train with these rewards" fills Train's rewards and
+    selects that tab."""
     @user_errors
-    def on_samples_from_run(run: str, steps: float) -> str:
+    def samples_from_run(run: str, steps: float) -> str:
         return designer.samples_to_text(designer.samples_from_run(studio.run_path(run), steps=int(steps or 2)))
 
+    def score_rewards(code: str, samples_text: str, timeout_s: float, chat: bool):
+        result = score(code, samples_text, timeout_s, chat)
+        return {design.score_summary: designer.summary_markdown(result), design.score_table: designer.results_table(result),
+                design.histogram: designer.histogram_frame(result)}
+
     @user_errors
-    def on_save(code: str, file_name: str):
+    def save_rewards(code: str, file_name: str):
         path, specs = designer.save_reward_file(code, studio.rewards_dir, file_name)
         listed = "\n".join(f"- `{spec}`" for spec in specs)
         message = (f"Saved **{path}**. Use it in training as:\n{listed}\n\n"
                    f"e.g. `local-grpo train --rewards {specs[0]}:1.0`")
-        return message, gr.update(choices=code_sources(studio)), gr.update(choices=reference_sources(studio))
-
-    def on_check(model, preset, task, dataset, rewards_text, num_generations, max_tokens, prompts, fresh,
-                 progress=gr.Progress()):
-        try:
-            request = check_request(model, preset, task, dataset, rewards_text, num_generations, max_tokens,
-                                    prompts, fresh)
-            progress(0, desc="starting the check")
-            result = checks.run_check(request, studio.runs_root, progress=lambda stage, done, total: progress(
-                (done, total), desc=CHECK_STAGES.get(stage, stage), unit="completions"))
-        except UserError as error:
-            raise gr.Error(str(error), print_exception=False) from None
-        cache_name = os.path.basename(result["cache"]["path"])
-        return (*check_outputs(result), gr.update(choices=checks.cache_files(studio.runs_root), value=cache_name))
+        return {design.save_message: message, design.source: gr.update(choices=code_sources(studio)),
+                design.reference: gr.update(choices=reference_sources(studio))}
 
     @user_errors
-    def on_check_samples(cache_name: str) -> str:
-        from apps import runs
-
-        if not cache_name:
-            raise UserError("check samples: run a check first, or choose a cached sample file")
-        folder = os.path.join(studio.runs_root, checks.CACHE_FOLDER)
-        return designer.samples_to_text(checks.cached_samples(runs.resolve_under(folder, cache_name, "check samples")))
+    def compare_rewards(code: str, samples_text: str, reference: str, timeout_s: float, chat: bool):
+        """The edited functions' scores beside a reference reward's, on the samples where they disagree."""
+        samples = designer.parse_samples(samples_text)
+        timeout_s = float(timeout_s or designer.DEFAULT_TIMEOUT_S)
+        result = designer.score_code(code, samples, timeout_s=timeout_s, chat=bool(chat))
+        if result.problem:
+            return {design.compare_summary: designer.compare_markdown(result, {}), design.compare_table: None}
+        reference_scores, reference_max = designer.score_reference(reference, samples, timeout_s=timeout_s,
+                                                                   chat=bool(chat))
+        found = designer.disagreements(result, reference.strip(), reference_scores, reference_max)
+        return {design.compare_summary: designer.compare_markdown(result, found),
+                design.compare_table: designer.compare_table(result, reference.strip(), reference_scores, found)}
 
     @user_errors
-    def on_train_with(file_name: str):
-        text = saved_specs_text(studio, file_name)
-        return text, gr.Tabs(selected="train"), ("Filled the **Train** tab's rewards with the saved file's functions "
-                                                  "(weight 1 each; edit them there).")
+    def train_with_rewards(file_name: str):
+        return {train.rewards: saved_specs_text(studio, file_name), tabs: gr.Tabs(selected=TRAIN_TAB_ID),
+                design.save_message: ("Filled the **Train** tab's rewards with the saved file's functions "
+                                      "(weight 1 each; edit them there).")}
 
-    d.load_code_btn.click(user_errors(lambda source: load_code(studio, source)), d.source, d.code, api_name="load_code")
-    d.samples_from_run_btn.click(on_samples_from_run, [d.sample_run, d.sample_steps], d.samples,
-                                 api_name="samples_from_run")
-    d.generate_btn.click(user_errors(generate_samples), [d.gen_model, d.gen_prompts, d.gen_answers, d.gen_n,
-                                                         d.gen_tokens], d.samples, api_name="generate_samples")
-    d.score_btn.click(score, [d.code, d.samples, d.timeout, d.chat], [d.score_summary, d.score_table, d.histogram],
-                      api_name="score_rewards")
-    d.probe_btn.click(probe_rewards, [d.code, d.samples], [d.probe_report], api_name="probe_rewards")
-    d.save_btn.click(on_save, [d.code, d.file_name], [d.save_message, d.source, d.reference], api_name="save_rewards")
-    d.compare_btn.click(user_errors(compare), [d.code, d.samples, d.reference, d.timeout, d.chat],
-                        [d.compare_summary, d.compare_df], api_name="compare_rewards")
-    d.train_with_btn.click(on_train_with, d.file_name, [ui.train.train_rewards, ui.tabs, d.save_message],
-                           api_name="train_with_rewards")
-    check_inputs = [d.check_model, d.check_preset, d.check_task, d.check_dataset, d.check_rewards_box, d.check_g,
-                    d.check_tokens, d.check_prompts, d.check_fresh]
-    check_results = [d.check_verdict, d.check_stats, d.check_histogram, d.check_shares, d.check_prompts_df,
-                     d.check_agreement, d.check_examples, d.check_probe, d.check_cache]
-    d.check_btn.click(on_check, check_inputs, check_results, api_name="check_rewards")
-    d.check_samples_btn.click(on_check_samples, d.check_cache, d.samples, api_name="check_samples")
-    t = ui.train
-    d.check_from_train_btn.click(lambda *values: values, [t.model, t.preset, t.task, t.dataset, t.train_rewards],
-                                 check_inputs[:5], api_name="check_settings_from_train")
+    design.load_code_btn.click(user_errors(lambda source: load_code(studio, source)), design.source, design.code,
+                               api_name="load_code")
+    design.samples_from_run_btn.click(samples_from_run, [design.sample_run, design.sample_steps], design.samples,
+                                      api_name="samples_from_run")
+    design.generate_btn.click(user_errors(generate_samples), [design.gen_model, design.gen_prompts, design.gen_answers,
+                                                              design.gen_n, design.gen_tokens], design.samples,
+                              api_name="generate_samples")
+    design.score_btn.click(score_rewards, [design.code, design.samples, design.timeout, design.chat],
+                           [design.score_summary, design.score_table, design.histogram], api_name="score_rewards")
+    design.probe_btn.click(probe_rewards, [design.code, design.samples], [design.probe_report], api_name="probe_rewards")
+    design.save_btn.click(save_rewards, [design.code, design.file_name],
+                          [design.save_message, design.source, design.reference], api_name="save_rewards")
+    design.compare_btn.click(compare_rewards, [design.code, design.samples, design.reference, design.timeout, design.chat],
+                             [design.compare_summary, design.compare_table], api_name="compare_rewards")
+    design.train_with_btn.click(train_with_rewards, design.file_name, [train.rewards, tabs, design.save_message],
+                                api_name="train_with_rewards")
+    check_panel.wire(studio, design.check, samples=design.samples, train=train)

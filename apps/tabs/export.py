@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -11,6 +11,8 @@ from local_grpo.export import FORMATS, export_run
 
 from apps import runs
 from apps.tabs.common import EXPORTS_FOLDER, Studio, user_errors
+
+TITLE, TAB_ID = "Export", "export"
 
 
 def export(run_dir: str, fmt: str, out_dir: str) -> str:
@@ -20,19 +22,28 @@ def export(run_dir: str, fmt: str, out_dir: str) -> str:
     return f"Exported {os.path.basename(run_dir)} as {fmt} to {out_dir}. {details}".strip()
 
 
-def layout(studio: Studio) -> SimpleNamespace:
+@dataclass(frozen=True)
+class ExportTab:
+    """The Export tab's components that events use (Train's start also fills `run`'s choices)."""
+
+    run: gr.Dropdown
+    format: gr.Radio
+    out: gr.Textbox
+    button: gr.Button
+    message: gr.Markdown
+
+
+def layout(studio: Studio) -> ExportTab:
     with gr.Row():
-        export_run_name = gr.Dropdown(studio.run_choices(), label="Run", allow_custom_value=True)
-        export_format = gr.Radio(list(FORMATS), value="lora", label="Format")
-        export_out = gr.Textbox(label="Output folder (inside the runs folder; empty = exports/<run>-<format>)")
-    export_btn = gr.Button("Export", variant="primary")
-    export_message = gr.Markdown()
-    return SimpleNamespace(**{k: v for k, v in locals().items() if k != "studio"})
+        run = gr.Dropdown(studio.run_choices(), label="Run", allow_custom_value=True)
+        fmt = gr.Radio(list(FORMATS), value="lora", label="Format")
+        out = gr.Textbox(label="Output folder (inside the runs folder; empty = exports/<run>-<format>)")
+    button = gr.Button("Export", variant="primary")
+    message = gr.Markdown()
+    return ExportTab(run=run, format=fmt, out=out, button=button, message=message)
 
 
-def wire(studio: Studio, ui: SimpleNamespace) -> None:
-    e = ui.export
-
+def wire(studio: Studio, export_tab: ExportTab) -> None:
     @user_errors
     def export_run(run: str, fmt: str, out_folder: str) -> str:
         path = studio.run_path(run)
@@ -40,5 +51,5 @@ def wire(studio: Studio, ui: SimpleNamespace) -> None:
                                      "export folder")
         return export(path, fmt, out_dir)
 
-    e.export_btn.click(export_run, [e.export_run_name, e.export_format, e.export_out], e.export_message,
-                       api_name="export_run")
+    export_tab.button.click(export_run, [export_tab.run, export_tab.format, export_tab.out], export_tab.message,
+                            api_name="export_run")

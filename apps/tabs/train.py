@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from types import SimpleNamespace
 
 import gradio as gr
 
 from local_grpo import config as config_mod
-from local_grpo import tasks
-from local_grpo.errors import UserError
 from local_grpo.presets import PRESETS
 
 from apps import launcher, runs
-from apps.tabs.common import Studio, user_errors
+from apps.tabs.common import Studio, parse_weights, task_choices, user_errors
+from apps.tabs.export import ExportTab
+from apps.tabs.watch import WatchTab
+
+TITLE, TAB_ID = "Train", "train"
 
 # Config fields shown under "More settings" in the Train form (flag names of config.override_fields()).
 TRAIN_FIELDS = ("num-generations", "per-device-train-batch-size", "max-completion-length", "learning-rate",
@@ -26,24 +27,6 @@ def config_field(flag: str) -> tuple[dataclasses.Field, type, str]:
     section, name, typ, help_text = config_mod.override_fields()[flag]
     dc_field = next(f for f in dataclasses.fields(config_mod.SECTIONS[section]) if f.name == name)
     return dc_field, typ, help_text
-
-
-def parse_weights(text: str, field: str) -> dict[str, float]:
-    """Lines `name: weight` (or just `name`, weight 1) → {name: weight}; `path.py:function` keeps its colon."""
-    weights: dict[str, float] = {}
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        head, _, tail = line.rpartition(":")
-        try:
-            name, weight = head.strip(), float(tail)
-        except ValueError:
-            name, weight = line, 1.0
-        if not name:
-            raise UserError(f"{field}: {line!r} needs a reward name before the weight")
-        weights[name] = weight
-    return weights
 
 
 def form_overrides(values) -> dict:
@@ -79,43 +62,63 @@ def _extra_box(flag: str):
     return gr.Number(None, label=label, info=help_text, precision=0 if typ is int else None)
 
 
-def layout(studio: Studio) -> SimpleNamespace:
+@dataclasses.dataclass(frozen=True)
+class TrainTab:
+    """The Train tab's components that events use (the Design tab also reads the form and fills `rewards`)."""
+
+    run_name: gr.Textbox
+    model: gr.Dropdown
+    preset: gr.Dropdown
+    task: gr.Dropdown
+    dataset: gr.Textbox
+    max_steps: gr.Number
+    rewards: gr.Textbox
+    settings: list[gr.Dropdown | gr.Textbox | gr.Number]  # "More settings", one box per TRAIN_FIELDS flag
+    start_btn: gr.Button
+    stop_btn: gr.Button
+    message: gr.Markdown
+    log: gr.Textbox
+
+
+def layout(studio: Studio) -> TrainTab:
     with gr.Row():
         run_name = gr.Textbox(time.strftime("run-%Y%m%d-%H%M%S"), label="Run name (folder in the runs folder)")
         model = gr.Dropdown(["embedded"], value="embedded", allow_custom_value=True, label="Model",
                             info=_help(config_mod.ModelConfig, "name"))
         preset = gr.Dropdown(["", *PRESETS], value="cpu", label="Preset", info=_help(config_mod.Config, "preset"))
     with gr.Row():
-        task = gr.Dropdown(tasks.builtin_names(), value="arithmetic", label="Task",
+        task = gr.Dropdown(task_choices(), value="arithmetic", label="Task",
                            info=_help(config_mod.DataConfig, "task"))
         dataset = gr.Textbox(label="Dataset (instead of a task)", info=_help(config_mod.DataConfig, "dataset"))
         max_steps = gr.Number(40, precision=0, label="Max steps", info=_help(config_mod.GRPOSettings, "max_steps"))
-    train_rewards = gr.Textbox(label="Rewards (one per line: name: weight; empty = the task's defaults)",
-                               info="built-ins: see Design rewards → Start from; saved files as path.py:function",
-                               lines=3, placeholder="format_soft: 0.5\ncorrect_numeric: 1.0")
+    rewards = gr.Textbox(label="Rewards (one per line: name: weight; empty = the task's defaults)",
+                         info="built-ins: see Design rewards → Start from; saved files as path.py:function",
+                         lines=3, placeholder="format_soft: 0.5\ncorrect_numeric: 1.0")
     with gr.Accordion("More settings (empty = preset / default)", open=False):
         with gr.Row():
-            extra_inputs = [_extra_box(flag) for flag in TRAIN_FIELDS if flag in config_mod.override_fields()]
+            settings = [_extra_box(flag) for flag in TRAIN_FIELDS if flag in config_mod.override_fields()]
     with gr.Row():
         start_btn = gr.Button("Start training", variant="primary")
         stop_btn = gr.Button("Stop", variant="stop")
-    train_message = gr.Markdown()
-    train_log = gr.Textbox(label="Console (last lines)", lines=10, max_lines=14, interactive=False)
-    return SimpleNamespace(**{k: v for k, v in locals().items() if k != "studio"})
+    message = gr.Markdown()
+    log = gr.Textbox(label="Console (last lines)", lines=10, max_lines=14, interactive=False)
+    return TrainTab(run_name=run_name, model=model, preset=preset, task=task, dataset=dataset, max_steps=max_steps,
+                    rewards=rewards, settings=settings, start_btn=start_btn, stop_btn=stop_btn, message=message,
+                    log=log)
 
 
-def wire(studio: Studio, ui: SimpleNamespace) -> None:
-    t = ui.train
+def wire(studio: Studio, train: TrainTab, watch: WatchTab, export: ExportTab) -> None:
+    """Start and stop; a start also opens the run in Watch and lists it in Export; Watch's timer polls the console."""
 
     @user_errors
-    def start_training(run_name, model, task, dataset, rewards_text, preset, max_steps, *extra):
+    def start_training(run_name, model, task, dataset, rewards_text, preset, max_steps, *settings):
         request = launcher.TrainRequest(
             run_name=(run_name or "").strip(), model=model, task=task, dataset=(dataset or ""),
             rewards=parse_weights(rewards_text, "rewards"), preset=preset or "", max_steps=int(max_steps or 40),
-            overrides=form_overrides(extra))
+            overrides=form_overrides(settings))
         run_dir, pid = launcher.start_run(request, studio.runs_root)
-        return (f"Started **{request.run_name}** (pid {pid}) → `{run_dir}`. Open it in **Watch**.",
-                request.run_name, gr.update(choices=studio.run_choices()))
+        return {train.message: f"Started **{request.run_name}** (pid {pid}) → `{run_dir}`. Open it in **Watch**.",
+                watch.run: request.run_name, export.run: gr.update(choices=studio.run_choices())}
 
     @user_errors
     def stop_training(run_name: str) -> str:
@@ -130,8 +133,8 @@ def wire(studio: Studio, ui: SimpleNamespace) -> None:
         state = "running" if launcher.running_pid(studio.runs_root, name) else "not running"
         return f"[{name}: {state}]\n" + launcher.log_tail(studio.runs_root, name)
 
-    inputs = [t.run_name, t.model, t.task, t.dataset, t.train_rewards, t.preset, t.max_steps, *t.extra_inputs]
-    t.start_btn.click(start_training, inputs, [t.train_message, ui.watch.watch_run, ui.export.export_run_name],
-                      api_name="start_training")
-    t.stop_btn.click(stop_training, t.run_name, t.train_message, api_name="stop_training")
-    ui.watch.timer.tick(training_log, t.run_name, t.train_log, api_name="training_log", show_progress="hidden")
+    form = [train.run_name, train.model, train.task, train.dataset, train.rewards, train.preset, train.max_steps,
+            *train.settings]
+    train.start_btn.click(start_training, form, [train.message, watch.run, export.run], api_name="start_training")
+    train.stop_btn.click(stop_training, train.run_name, train.message, api_name="stop_training")
+    watch.timer.tick(training_log, train.run_name, train.log, api_name="training_log", show_progress="hidden")
