@@ -233,6 +233,15 @@ def prepare_tokenizer(tokenizer) -> Any:
     return tokenizer
 
 
+def load_tokenizer(path: str, **kwargs) -> Any:
+    """The tokenizer of a model folder or hub id, prepared as training uses it (`prepare_tokenizer`),
+    without its model: what train measures prompts with before anything else loads."""
+    from transformers import AutoTokenizer
+
+    with stdout_to_stderr():
+        return prepare_tokenizer(_from_pretrained(AutoTokenizer, path, **kwargs))
+
+
 def load(config: Config) -> LoadedModel:
     """Load the config's model with its backend and attach LoRA (library prints go to stderr)."""
     backend = resolve_backend(config)
@@ -265,11 +274,11 @@ def hf_load_kwargs(config: Config, on_cuda: bool) -> dict[str, Any]:
 def _load_hf(config: Config) -> LoadedModel:
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     path = models.resolve(config.model.name, config.model.gguf_file)
     on_cuda = torch.cuda.is_available()
-    tokenizer = prepare_tokenizer(_from_pretrained(AutoTokenizer, path))
+    tokenizer = load_tokenizer(path)
     model = _from_pretrained(AutoModelForCausalLM, path, **hf_load_kwargs(config, on_cuda))
     if config.model.load_in_4bit and config.grpo.gradient_checkpointing:
         # Not peft's prepare_model_for_kbit_training: it upcasts embeddings and lm_head to fp32

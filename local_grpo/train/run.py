@@ -35,7 +35,9 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
           force: bool = False, callbacks: Sequence = ()) -> dict:
     """Train with GRPO and write RUN_DIR; returns the summary (also in RUN_DIR/summary.json).
 
-    The memory plan runs first and refuses a clear misfit unless `force`. `callbacks`: transformers
+    The memory plan runs first and refuses a clear misfit unless `force`; a prompt longer than
+    model.max_seq_length - grpo.max_completion_length is refused before the run directory is written
+    (data.check_prompt_lengths). `callbacks`: transformers
     TrainerCallbacks called after ours at each event (so an on_log sees the step's metrics.jsonl line).
     """
     config = checked_config(config, resume, overwrite)
@@ -49,6 +51,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     if backend == "unsloth":
         backends.import_unsloth()  # before trl: Unsloth patches it
     train_rows, held_out = data.load_examples(config)
+    tokenizer = backends.load_tokenizer(models.resolve(config.model.name, config.model.gguf_file))  # no model yet
+    data.check_prompt_lengths(config, tokenizer, train_rows, held_out)  # each prompt fits model.max_seq_length
     checkpoints = os.path.join(config.output_dir, rundir.CHECKPOINTS)
     args = trainer.grpo_args(config, checkpoints, backends.cuda_available(), backend)  # grpo.trl is checked here
     run, checkpoint = open_run(config, resume=resume, overwrite=overwrite)

@@ -225,6 +225,10 @@ def grpo_args(config: Config, output_dir: str, on_cuda: bool, backend: str):
     for key, value in (config.grpo.trl or {}).items():
         check_trl_field(key, GRPOConfig)
         kwargs[key] = value
+    lengths = set(kwargs.get("generation_kwargs") or {}) & {"max_new_tokens", "max_length"}
+    if lengths:  # prompt budget + max_completion_length = model.max_seq_length holds only if TRL generates that many
+        raise UserError(f"grpo.trl.generation_kwargs: {sorted(lengths)[0]} is set by local-grpo; "
+                        "use grpo.max_completion_length (and model.max_seq_length)")
     try:
         with stdout_to_stderr():  # Unsloth's GRPOConfig prints its notices
             return GRPOConfig(**kwargs)
