@@ -158,15 +158,15 @@ class Config:
         """The effective KL target (resolves kl: null from beta)."""
         if self.grpo.kl:
             return self.grpo.kl
+        return "ref" if self.grpo.beta > 0 else "none"
+
+    @property
+    def task_name(self) -> str:
         """The task as configured: "dataset" when data.dataset is set, else data.task (a name or a task file).
 
         local_grpo.tasks.task_for(config) resolves it to the Task; tasks.fill_defaults fills the
         task-default fields (rewards, success reward, output dir).
         """
-        return "ref" if self.grpo.beta > 0 else "none"
-
-    @property
-    def task_name(self) -> str:
         return "dataset" if self.data.dataset else (self.data.task or "arithmetic")
 
 

@@ -431,8 +431,8 @@ def score_samples(entries: list, rows: list[dict], raw: list[dict]) -> list[Scor
 def probe_correctness(entries: list, rows: list[dict], success_name: str) -> dict:
     """The soundness probe (rewards.probe) on the success reward and the built-in correctness rewards."""
     from rewards.probe import probe
-
     from rewards.registry import CORRECTNESS
+
     chosen = [(name, fn) for name, _, fn in entries
               if name == success_name or getattr(fn, "name", name) in CORRECTNESS]
     if not chosen:
@@ -455,12 +455,12 @@ def probe_correctness(entries: list, rows: list[dict], success_name: str) -> dic
 def check_rewards(config: Config, settings: CheckSettings | None = None, progress: Progress | None = None) -> RewardCheck:
     """Sample the base model on K held-out prompts, score, probe and judge the config's reward set.
 
-    `config` should be filled and validated (train.fill_defaults, config.validate); progress(stage,
+    `config` should be filled and validated (tasks.fill_defaults, config.validate); progress(stage,
     done, total) is called as samples are generated ("generate"), scored ("score") and probed ("probe").
     """
-    from . import data
     import rewards
 
+    from . import data
 
     settings = (settings or CheckSettings()).check()
     started = time.time()
