@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import models
-from .config import Config
+from .config import LORA_ALL_LINEAR, Config
 from .errors import UserError
 from .output import notice, stdout_to_stderr
 
@@ -288,7 +288,7 @@ def _load_hf(config: Config) -> LoadedModel:
         r=config.lora.r,
         lora_alpha=config.lora.alpha,
         lora_dropout=config.lora.dropout,
-        target_modules=_present_modules(model, config.lora.target_modules),
+        target_modules=lora_target_modules(model, config.lora.target_modules),
         task_type="CAUSAL_LM",
     )
     torch.manual_seed(config.grpo.seed)  # LoRA A's random init: the same seed gives the same run (and resume matches)
@@ -332,7 +332,7 @@ def _load_unsloth(config: Config) -> LoadedModel:
         r=config.lora.r,
         lora_alpha=config.lora.alpha,
         lora_dropout=config.lora.dropout,
-        target_modules=_present_modules(model, config.lora.target_modules),
+        target_modules=lora_target_modules(model, config.lora.target_modules),
         use_gradient_checkpointing="unsloth" if config.grpo.gradient_checkpointing else False,
         random_state=config.grpo.seed,
     )
@@ -400,13 +400,24 @@ def _from_pretrained(cls, path: str, **kwargs):
         raise UserError(f"model: cannot load {path}{where}: {first[:200]}") from None
 
 
-def _present_modules(model, wanted: list[str]) -> list[str]:
-    """The target module names that exist in this model (error when none do)."""
+def lora_target_modules(model, wanted: list[str]) -> str | list[str]:
+    """`target_modules` for PEFT / Unsloth from lora.target_modules: "all-linear" as is (each library then
+    finds every linear layer of the decoder blocks, whatever this architecture calls them: Phi-3 fuses
+    q/k/v into qkv_proj and gate/up into gate_up_proj), else the listed names, every one of which must
+    exist in the model (a name missing here would silently leave those layers untrained)."""
+    import torch
+
+    if list(wanted) == [LORA_ALL_LINEAR]:
+        return LORA_ALL_LINEAR
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    present = [m for m in wanted if m in names]
-    if not present:
-        raise UserError(f"lora.target_modules: none of {wanted} exist in this model")
-    return present
+    missing = [m for m in wanted if m not in names]
+    if missing:
+        head = model.get_output_embeddings()
+        linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                         if isinstance(module, torch.nn.Linear) and module is not head})  # 4-bit layers are Linear too
+        raise UserError(f"lora.target_modules: {', '.join(missing)} not in this model; its linear layers are "
+                        f"{', '.join(linear)} (or use {LORA_ALL_LINEAR})")
+    return list(wanted)
 
 
 def unsloth_fetch(name: str) -> dict:

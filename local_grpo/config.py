@@ -26,6 +26,7 @@ SCALE_REWARDS = ("group", "batch", "none")
 KL_MODES = ("none", "ref", "mirror", "both")
 ANSWER_FORMATS = ("plain", "gsm8k")
 VLLM_MODES = ("colocate", "server")
+LORA_ALL_LINEAR = "all-linear"  # PEFT's (and Unsloth's) shorthand for every linear layer but the output head
 
 
 def _f(default: Any, help: str, **kw):
@@ -55,8 +56,10 @@ class LoraSettings:
     alpha: int = _f(32, "LoRA alpha (scaling = alpha / r).")
     dropout: float = _f(0.0, "LoRA dropout.")
     target_modules: list[str] = _f(
-        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        "Module names LoRA attaches to (all linear layers of a Llama/Qwen block by default).",
+        [LORA_ALL_LINEAR],
+        "What LoRA attaches to: [all-linear] (PEFT's: every linear layer of the decoder blocks, whatever the "
+        "architecture names them: q/k/v/o_proj and gate/up/down_proj on Llama, Qwen and Gemma, qkv_proj and "
+        "gate_up_proj on Phi-3), or module names, each of which must exist in the model.",
     )
 
 
@@ -372,6 +375,9 @@ def validate(config: Config) -> Config:
         raise UserError(f"lora.dropout: must be in [0, 1), got {lo.dropout}")
     if not lo.target_modules:
         raise UserError("lora.target_modules: must list at least one module name")
+    if LORA_ALL_LINEAR in lo.target_modules and len(lo.target_modules) > 1:
+        raise UserError(f"lora.target_modules: {LORA_ALL_LINEAR} already covers every linear layer; give it alone "
+                        "or list module names")
     _one_of("data.answer_format", d.answer_format, ANSWER_FORMATS)
     _positive("data.num_train", d.num_train)
     if d.num_heldout < 0:

@@ -75,6 +75,17 @@ _LORA_DIMS = {
     "gate_up_proj": lambda s: (s.hidden_size, 2 * s.intermediate_size),  # Phi-3/4 fused
 }
 
+# What lora.target_modules all-linear reaches in the planner's shapes (Llama, Qwen, Gemma blocks); Phi-3's
+# fused qkv_proj / gate_up_proj hold the same weights, and their adapters r x hidden fewer per fused pair.
+_BLOCK_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_target_names(targets) -> list[str]:
+    """The projections LoRA adapts, as the estimate counts them: lora.target_modules, all-linear as a block's seven."""
+    from .config import LORA_ALL_LINEAR
+
+    return [t for t in (_BLOCK_LINEARS if LORA_ALL_LINEAR in targets else targets) if t in _LORA_DIMS]
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -376,7 +387,7 @@ def weights_bytes(shape: Shape, s: Settings) -> float:
 
 def lora_params(shape: Shape, r: int, targets) -> int:
     """Trainable LoRA parameters: r x (in + out) for each targeted linear in each layer."""
-    per_layer = sum(r * sum(_LORA_DIMS[t](shape)) for t in targets if t in _LORA_DIMS)
+    per_layer = sum(r * sum(_LORA_DIMS[t](shape)) for t in lora_target_names(targets))
     return shape.num_layers * per_layer
 
 
@@ -409,7 +420,7 @@ def layer_activation_bytes_per_token(shape: Shape, s: Settings) -> float:
     fp32_norm_copies = 2 * h * 4 if a == 2 else 0  # in fp32 the norm's input is the residual itself
     attention = a * (h + 3 * q + 3 * kv + 2 * q) + shape.num_heads * 4  # + softmax log-sum-exp
     mlp = a * (h + 4 * i)
-    targets = [t for t in s.lora_targets if t in _LORA_DIMS]
+    targets = lora_target_names(s.lora_targets)
     lora_intermediates = a * s.lora_r * len(targets)
     lora_input_casts = 0
     if a == 2:
