@@ -329,7 +329,7 @@ def judge(item: Item, row: dict, workdir: str) -> dict:
         row["plan"] = plan_of_run(run_dir(item.name, workdir), item)
         peak = (row.get("measured") or {}).get("peak_reserved_gb")
         if peak and row["plan"]:
-            from local_grpo.plan import CUDA_CONTEXT_GB
+            from local_grpo.plan.memory import CUDA_CONTEXT_GB
 
             plan_torch = row["plan"]["total_gb"] - CUDA_CONTEXT_GB  # torch's counters exclude the context
             row["plan_over_measured"] = round(plan_torch / peak, 3)

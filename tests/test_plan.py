@@ -196,7 +196,7 @@ def test_preflight_refuses_clear_misfits_unless_forced():
 
 
 def test_preflight_without_a_gpu_only_plans(monkeypatch):
-    monkeypatch.setattr(plan, "detect_vram_gb", lambda: None)
+    monkeypatch.setattr(plan.before_train, "detect_vram_gb", lambda: None)
     assert plan.preflight(config_for())["note"] == "no GPU: plan only"
 
 

@@ -7,7 +7,7 @@ import json
 
 from .. import config as config_mod
 from ..errors import UserError
-from ..plan import _flag, estimate, gpu_defaults, prompt_check
+from ..plan import as_flags, estimate, gpu_defaults, prompt_check
 from .common import add_config_flags, config_from_args
 
 PLAN_FLAGS = ("model", "load-in-4bit", "max-seq-length", "num-generations", "max-completion-length",
@@ -77,8 +77,7 @@ def format_table(plan: dict) -> str:
             ("overhead", "CUDA context, allocator, 4-bit dequant buffer")]
     assumed = plan.get("assumed_defaults")
     if assumed:
-        flags = " ".join(_flag(k, v) for k, v in assumed["values"].items())
-        lines.insert(2, f"  assumed: {flags} ({assumed['reason']})")
+        lines.insert(2, f"  assumed: {as_flags(assumed['values'])} ({assumed['reason']})")
     prompts = plan.get("prompts")
     if prompts:
         found = (f"longest {prompts['longest']} of {prompts['prompts']} prompts" if prompts["measured"]
@@ -93,8 +92,7 @@ def format_table(plan: dict) -> str:
     s = plan.get("suggestion")
     if s:
         if s["fits"]:
-            flags = " ".join(_flag(k, v) for k, v in s["changes"].items())
-            lines.append(f"  suggestion (~{s['total_gb']:.2f} GB): {flags}")
+            lines.append(f"  suggestion (~{s['total_gb']:.2f} GB): {as_flags(s['changes'])}")
         else:
             lines.append(f"  no setting of this model fits {plan['vram_gb']:g} GB (smallest ~{s['total_gb']:.2f} GB): use a smaller model")
     return "\n".join(lines)
