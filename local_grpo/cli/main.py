@@ -1,7 +1,8 @@
 """The `local-grpo` command line: train, eval, export, predict, plan, doctor, app, rewards.
 
 Bad input gives one line on stderr naming the field, flag or file, and exit code 2. Commands
-import heavy libraries (torch, trl) only when they run, so `--help` and errors are instant.
+import heavy libraries (torch, trl) only when they run, so `--help` and errors are instant; before
+any of them, `main` silences the library notices that say nothing about the run (`output.quiet_library_notices`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 
 from .. import config as config_mod
 from ..errors import UserError
-from ..output import stdout_to_stderr
+from ..output import quiet_library_notices, stdout_to_stderr
 from .common import ArgumentParser, add_config_flags, config_from_args
 
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # reported as one line by main()
@@ -102,7 +103,7 @@ def doctor_report(model: str | None = None) -> dict:
     report["cpu_bf16_flags"] = backends.cpu_bf16_flags()
     report["cpu_autocast_auto"] = "bf16" if report["cpu_bf16_flags"] else "fp32"  # what model.cpu_autocast auto picks
     report["unsloth_installed"] = backends.unsloth_installed()
-    report["backend_auto"] = backends.pick_backend("auto")
+    report["backend_auto"] = backends.choose_backend(config_mod.Config(), backends.Machine.here()).backend  # a bare config's auto
     try:
         report["embedded_model"] = models.embedded_gguf_path()
     except UserError as exc:
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    quiet_library_notices()
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
