@@ -1,7 +1,8 @@
 """What the commands print is ours: no library deprecation notice, kernel-loading notice or progress bar.
 
 Each command runs as a user runs it, in its own process (library notices come at import, once per
-process), on the tiny local model. A line fails when it carries a library's signature (`NOISE`): a
+process), on the tiny local model; the commands that do not read the trained run start together with
+train, the rest together after it. A line fails when it carries a library's signature (`NOISE`): a
 Python warning category, a traceback, a path into a library's source, torch's log prefix, a
 library's progress bar. stderr must also hold only lines we write (`OURS_ON_STDERR`, our progress bars).
 The child gets the environment a user has: none of conftest's quieting variables.
