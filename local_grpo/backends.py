@@ -2,11 +2,16 @@
 
 All Unsloth imports live here, and only inside `_load_unsloth`: importing unsloth patches
 transformers and swaps `trl.GRPOTrainer` for its own globally, so it must happen before trl or
-transformers are imported, and only in the process that trains with it. `auto` picks Unsloth
-when it is installed and a CUDA GPU is present, else the plain HF backend (`resolve_backend`).
+transformers are imported, and only in the process that trains with it.
+
+Which backend a config gets is decided in one function, `choose_backend(config, machine)`: `auto` picks
+Unsloth when it is installed and a CUDA GPU is present, else the plain HF backend, and training needs hf
+for a multi-process launch, vLLM server mode and grpo.kl mirror|both. A command resolves it once, when it
+checks its config (`resolve_backend`, which stores it in config.resolved_backend); `load`,
+`load_for_inference` and the memory plan read that value.
 
 The decisions that differ by device are small named functions, testable without a GPU:
-`device_map` (where a model is placed at load), `compute_dtype`, `resolve_backend`, `check_vllm`,
+`device_map` (where a model is placed at load), `compute_dtype`, `choose_backend`, `check_vllm`,
 `explicit_trl_fields` (GRPOConfig fields both backends must receive) and `keep_trainable_fp32`.
 Everything a library prints while loading goes to stderr (`output.stdout_to_stderr`).
 """
@@ -57,34 +62,96 @@ def unsloth_installed() -> bool:
     return importlib.util.find_spec("unsloth") is not None
 
 
-def pick_backend(requested: str) -> str:
-    """The backend `requested` resolves to on this machine (auto -> unsloth only with a GPU)."""
-    if requested == "auto":
-        return "unsloth" if unsloth_installed() and cuda_available() else "hf"
-    if requested == "unsloth" and not unsloth_installed():
-        raise UserError("backend: unsloth is not installed (pip install unsloth), or use --backend hf")
-    return requested
+def world_size() -> int:
+    """Processes in this launch (WORLD_SIZE under accelerate launch / torchrun; 1 alone)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the backend choice needs to know about a machine; `Machine.here()` reads this one's."""
+
+    gpu: bool  # torch sees a CUDA GPU
+    unsloth: bool  # unsloth is importable
+    processes: int = 1  # processes of this launch (accelerate launch / torchrun)
+
+    @classmethod
+    def here(cls) -> Machine:
+        return cls(gpu=cuda_available(), unsloth=unsloth_installed(), processes=world_size())
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend a config gets, and the one line that says why when it is not what `backend` asked for."""
+
+    backend: str  # "unsloth" or "hf"
+    note: str | None = None
 
 
 HF_ONLY_KL = ("mirror", "both")  # kl_variants hooks TRL's loss; Unsloth's fused GRPO loss bypasses it
 
 
-def resolve_backend(config: Config, announce: bool = False) -> str:
-    """The backend this config trains with here: `pick_backend`, except that kl mirror/both need hf.
+def choose_backend(config: Config, machine: Machine, training: bool = True) -> BackendChoice:
+    """The backend `config.backend` (auto, unsloth, hf) resolves to on `machine`: the one place it is decided.
 
-    `auto` with grpo.kl mirror|both resolves to hf (one notice line on stderr when `announce`);
-    an explicit `backend: unsloth` with them is refused before anything loads.
+    auto: Unsloth where it is installed and a GPU is present, else hf. Training also needs hf for a
+    multi-process launch, vLLM server mode and grpo.kl mirror|both (`_needs_hf`): auto then resolves to
+    hf, with a note when Unsloth would otherwise have been chosen, and an explicit unsloth is refused
+    (UserError), as it is where Unsloth is not installed. Inference (`training=False`: eval, export, the
+    rewards check) loads an adapter the same with either backend, so none of the training rules apply
+    and an explicit unsloth that is not installed here loads with hf, with a note.
     """
+    if config.backend == "hf":
+        return BackendChoice("hf")
+    reasons = _needs_hf(config, machine) if training else []
+    if config.backend == "unsloth":
+        if reasons:
+            raise UserError(reasons[0][0])
+        if machine.unsloth:
+            return BackendChoice("unsloth")
+        if training:
+            raise UserError("backend: unsloth is not installed (pip install unsloth), or use --backend hf")
+        return BackendChoice("hf", "backend unsloth -> hf: Unsloth is not installed here; the model loads with transformers")
+    if not (machine.unsloth and machine.gpu):
+        return BackendChoice("hf")
+    if reasons:
+        return BackendChoice("hf", f"backend auto -> hf: {reasons[0][1]}")
+    return BackendChoice("unsloth")
+
+
+def _needs_hf(config: Config, machine: Machine) -> list[tuple[str, str]]:
+    """Why training this config here needs the hf backend, as (the refusal of an explicit unsloth, the note of auto)."""
+    reasons = []
+    if machine.processes > 1:
+        reasons.append((f"backend: unsloth trains in one process on one GPU; this is a {machine.processes}-process "
+                        "launch (accelerate/torchrun), which needs --backend hf (see docs/scaling.md)",
+                        f"a {machine.processes}-process launch needs the hf backend (Unsloth trains in one process)"))
+    if config.grpo.use_vllm and config.grpo.vllm_mode == "server":
+        reasons.append(("grpo.vllm_mode: server mode (a separate `trl vllm-serve`) needs --backend hf; "
+                        "Unsloth generates with its own in-process vLLM (vllm_mode colocate)",
+                        "grpo.vllm_mode server needs the hf backend (TRL's client of a separate `trl vllm-serve`)"))
     kl = config.kl_mode
     if kl in HF_ONLY_KL:
-        if config.backend == "unsloth":
-            raise UserError(f"grpo.kl: {kl} needs the hf backend (Unsloth's fused GRPO loss has no hook for the KL "
-                            "to the previous policy); use --backend hf (or auto), or kl ref/none")
-        if config.backend == "auto":
-            if announce and pick_backend("auto") == "unsloth":
-                notice(f"backend auto -> hf: grpo.kl {kl} needs the hf backend (Unsloth's fused loss cannot add it)")
-            return "hf"
-    return pick_backend(config.backend)
+        reasons.append((f"grpo.kl: {kl} needs the hf backend (Unsloth's fused GRPO loss has no hook for the KL "
+                        "to the previous policy); use --backend hf (or auto), or kl ref/none",
+                        f"grpo.kl {kl} needs the hf backend (Unsloth's fused loss cannot add it)"))
+    return reasons
+
+
+def resolve_backend(config: Config, training: bool = True, machine: Machine | None = None) -> str:
+    """Resolve the config's backend once, when a command checks the config: `choose_backend` on this machine
+    (or `machine`), its note printed, the result stored in config.resolved_backend. Returns the backend."""
+    choice = choose_backend(config, machine or Machine.here(), training)
+    if choice.note:
+        notice(choice.note)
+    config.resolved_backend = choice.backend
+    return choice.backend
+
+
+def backend_of(config: Config, training: bool = True) -> str:
+    """The backend the config was resolved to at its check; a config that no command checked (a library
+    call, e.g. `load(config)` in a script) is resolved now, the same way."""
+    return config.resolved_backend or resolve_backend(config, training)
 
 
 def check_vllm(config: Config) -> None:
@@ -244,8 +311,8 @@ def load_tokenizer(path: str, **kwargs) -> Any:
 
 
 def load(config: Config) -> LoadedModel:
-    """Load the config's model with its backend and attach LoRA (library prints go to stderr)."""
-    backend = resolve_backend(config)
+    """Load the config's model with its resolved backend and attach LoRA (library prints go to stderr)."""
+    backend = backend_of(config)
     with stdout_to_stderr():
         if backend == "unsloth":
             return _load_unsloth(config)
@@ -355,13 +422,14 @@ def load_for_inference(config: Config, adapter_dir: str | None = None, device: s
     Used by eval and export, so both load a run's model the same way. `base` is the run's record
     (RUN_DIR/base_model.json, `base_record`): the base comes from what training loaded, 4-bit when it was
     (`inference_source`); without one, from model.name and the config. The HF backend loads the base with
-    transformers and the adapter with `PeftModel.from_pretrained`; the Unsloth backend (only when selected)
-    loads through `FastLanguageModel` and switches it to inference mode. `device="cpu"` keeps an HF model
+    transformers and the adapter with `PeftModel.from_pretrained`; the Unsloth backend (where the config resolves
+    to it for inference, `choose_backend(..., training=False)`: installed, and a GPU for auto) loads through
+    `FastLanguageModel` and switches it to inference mode. `device="cpu"` keeps an HF model
     on the CPU even when a GPU is visible (export). `dequantize` (HF backend): a 4-bit base is dequantised
     before the adapter is attached (`dequantize_4bit`), so `merge_and_unload` merges into the exact weights
     the 4-bit model computes with. `trainer_class` is None.
     """
-    backend = pick_backend(config.backend)
+    backend = backend_of(config, training=False)
     path, load_in_4bit = inference_source(config, base)
     if load_in_4bit != config.model.load_in_4bit:
         config = copy.deepcopy(config)

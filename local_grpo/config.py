@@ -154,6 +154,9 @@ class Config:
     output_dir: str | None = field(default=None, metadata={"help": "Run directory; null = runs/<task>-<date>-<time>."})
     preset: str | None = field(default=None, metadata={"help": "Preset applied under this config: cpu, 6gb, 8gb, 12gb, 16gb, 24gb."})
     schema_version: int = field(default=SCHEMA_VERSION, metadata={"help": "Config schema version (written by local-grpo)."})
+    # Not configuration: the backend `backend` resolved to on this machine, set once when a command checks the
+    # config (backends.resolve_backend) and read by everything after; never in YAML (`to_dict` leaves it out).
+    resolved_backend: str | None = field(default=None, init=False, compare=False)
 
     # --- derived values -------------------------------------------------------------------
     @property
@@ -174,13 +177,14 @@ class Config:
 
 
 SECTIONS = {"model": ModelConfig, "lora": LoraSettings, "data": DataConfig, "grpo": GRPOSettings}
+_CONFIG_KEYS = {f.name for f in dataclasses.fields(Config) if f.init}  # config.yaml's top-level keys
 
 
 # --- YAML in / out ------------------------------------------------------------------------
 
 def to_dict(config: Config) -> dict:
-    """The config as plain data (what config.yaml holds)."""
-    return dataclasses.asdict(config)
+    """The config as plain data (what config.yaml holds): the user's fields, not what a check resolved."""
+    return {k: v for k, v in dataclasses.asdict(config).items() if k in _CONFIG_KEYS}
 
 
 def to_yaml(config: Config) -> str:
@@ -193,10 +197,9 @@ def from_dict(data: dict, source: str = "config") -> Config:
         data = {}
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
-    known = {f.name for f in dataclasses.fields(Config)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - _CONFIG_KEYS)
     if unknown:
-        raise UserError(f"{source}: unknown key '{unknown[0]}' (valid: {', '.join(sorted(known))})")
+        raise UserError(f"{source}: unknown key '{unknown[0]}' (valid: {', '.join(sorted(_CONFIG_KEYS))})")
     version = data.get("schema_version", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         raise UserError(

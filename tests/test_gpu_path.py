@@ -96,7 +96,7 @@ def unsloth_gpu_machine(monkeypatch):
 @pytest.mark.parametrize("kl", ["mirror", "both"])
 def test_auto_resolves_to_hf_for_kl_mirror_and_says_so(unsloth_gpu_machine, capsys, kl):
     config = gpu_config(beta=0.04, kl=kl)
-    assert backends.resolve_backend(config, announce=True) == "hf"
+    assert backends.resolve_backend(config) == "hf"
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "grpo.kl" in err[0] and "hf" in err[0]
     assert backends.resolve_backend(gpu_config(beta=0.04, kl="ref")) == "unsloth"

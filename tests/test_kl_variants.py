@@ -6,7 +6,6 @@ import torch
 from local_grpo.train import kl, trainer
 from local_grpo.config import Config, validate
 from local_grpo.tasks import fill_defaults
-from local_grpo.errors import UserError
 
 
 def _config(kl, beta=0.5, alpha=0.5):
@@ -22,13 +21,6 @@ class FakeGRPOTrainer:
 def test_every_variant_runs_through_one_trainer_class_in_front_of_the_backends():
     cls = trainer.trainer_class(FakeGRPOTrainer)
     assert cls.__mro__[1:3] == (trainer.LocalGRPOHooks, FakeGRPOTrainer)
-
-
-def test_unsloth_backend_is_refused_for_mirror_before_loading():
-    with pytest.raises(UserError, match="grpo.kl: mirror needs the hf backend"):
-        trainer.check_kl_backend(_config("mirror"), "unsloth")
-    trainer.check_kl_backend(_config("mirror"), "hf")
-    trainer.check_kl_backend(_config("ref"), "unsloth")
 
 
 def test_mirror_kl_is_zero_at_the_same_policy_and_positive_after_a_move():

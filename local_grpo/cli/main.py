@@ -103,7 +103,7 @@ def doctor_report(model: str | None = None) -> dict:
     report["cpu_bf16_flags"] = backends.cpu_bf16_flags()
     report["cpu_autocast_auto"] = "bf16" if report["cpu_bf16_flags"] else "fp32"  # what model.cpu_autocast auto picks
     report["unsloth_installed"] = backends.unsloth_installed()
-    report["backend_auto"] = backends.pick_backend("auto")
+    report["backend_auto"] = backends.choose_backend(config_mod.Config(), backends.Machine.here()).backend  # a bare config's auto
     try:
         report["embedded_model"] = models.embedded_gguf_path()
     except UserError as exc:

@@ -126,17 +126,17 @@ def config_from(config_or_fields: Any):
     return cfg.apply_overrides(cfg.Config(), dict(config_or_fields))
 
 
-def _resolve_backend(config) -> str:
-    """The backend the plan assumes: auto means Unsloth when it is installed (the GPU case), else hf;
-    kl mirror/both train on hf (backends.resolve_backend)."""
-    requested = config.backend
-    if requested == "auto":
-        import importlib.util
+def planned_backend(config, device: str = "cuda") -> str:
+    """The backend the plan assumes: the one the run resolved (config.resolved_backend, set by train's check);
+    without a run, `backends.choose_backend` for the machine planned for: a GPU (`device` cuda), Unsloth
+    where the config asks for it or it is installed here."""
+    if config.resolved_backend:
+        return config.resolved_backend
+    from .. import backends
 
-        if config.kl_mode in ("mirror", "both"):
-            return "hf"
-        return "unsloth" if importlib.util.find_spec("unsloth") is not None else "hf"
-    return requested
+    machine = backends.Machine(gpu=device == "cuda", unsloth=config.backend == "unsloth" or backends.unsloth_installed(),
+                               processes=backends.world_size())
+    return backends.choose_backend(config, machine).backend
 
 
 def vllm_kind(config, backend: str) -> str:
@@ -168,7 +168,7 @@ def settings_of(config, device: str = "cuda") -> Settings:
 
     m, g = config.model, config.grpo
     weight_bytes = 4 if (m.dtype == "float32" or (m.dtype == "auto" and device == "cpu")) else 2
-    backend = _resolve_backend(config)
+    backend = planned_backend(config, device)
     return Settings(
         load_in_4bit=m.load_in_4bit,
         weight_bytes=weight_bytes,

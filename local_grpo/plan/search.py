@@ -7,6 +7,7 @@ suggestion's changes as the flags `train` and `plan` take.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -145,10 +146,10 @@ class _Candidate:
         }
 
     def apply(self, config, prompt_tokens: int):
+        """A copy of `config` with these settings (and the backend the run resolved, if it did)."""
         from .. import config as cfg
 
-        copy = cfg.from_dict(cfg.to_dict(config))
-        return cfg.apply_overrides(copy, self.overrides(prompt_tokens))
+        return cfg.apply_overrides(copy.deepcopy(config), self.overrides(prompt_tokens))
 
 
 def as_flags(values: dict) -> str:

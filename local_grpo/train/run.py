@@ -35,7 +35,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
           force: bool = False, callbacks: Sequence = ()) -> dict:
     """Train with GRPO and write RUN_DIR; returns the summary (also in RUN_DIR/summary.json).
 
-    The memory plan runs first and refuses a clear misfit unless `force`; a prompt longer than
+    The backend is resolved once, with the config's checks (`checked_config`); the memory plan runs
+    next and refuses a clear misfit unless `force`; a prompt longer than
     model.max_seq_length - grpo.max_completion_length is refused before the run directory is written
     (data.check_prompt_lengths). `callbacks`: transformers
     TrainerCallbacks called after ours at each event (so an on_log sees the step's metrics.jsonl line).
@@ -46,15 +47,13 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     plan.preflight(config, force=force)
     recorder = reward_recorder(config)  # every reward built once, before any model loads
     backends.check_vllm(config)  # grpo.use_vllm without a GPU or vllm: one line, before anything loads
-    backend = backends.resolve_backend(config, announce=True)  # auto -> hf for kl mirror|both
-    trainer.check_kl_backend(config, backend)
-    if backend == "unsloth":
+    if config.resolved_backend == "unsloth":
         backends.import_unsloth()  # before trl: Unsloth patches it
     train_rows, held_out = data.load_examples(config)
     tokenizer = backends.load_tokenizer(models.resolve(config.model.name, config.model.gguf_file))  # no model yet
     data.check_prompt_lengths(config, tokenizer, train_rows, held_out)  # each prompt fits model.max_seq_length
     checkpoints = os.path.join(config.output_dir, rundir.CHECKPOINTS)
-    args = trainer.grpo_args(config, checkpoints, backends.cuda_available(), backend)  # grpo.trl is checked here
+    args = trainer.grpo_args(config, checkpoints, backends.cuda_available(), config.resolved_backend)  # checks grpo.trl
     run, checkpoint = open_run(config, resume=resume, overwrite=overwrite)
     loaded = backends.load(config)
     run.write_json(rundir.BASE_MODEL, rundir.BaseModelRecord(**backends.base_record(config, loaded)).to_json())
@@ -109,8 +108,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
         loaded.tokenizer.save_pretrained(run.adapter_dir)
     summary = summarize(run, config, loaded, time.time() - started)
     run.write_json(rundir.SUMMARY, summary)
-    if world_size() > 1:
-        print(f"local-grpo: rank {process_rank()} of {world_size()} trained to step {grpo_trainer.state.global_step}",
+    if backends.world_size() > 1:
+        print(f"local-grpo: rank {process_rank()} of {backends.world_size()} trained to step {grpo_trainer.state.global_step}",
               file=sys.stderr, flush=True)
     return summary
 
@@ -118,13 +117,15 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
 # --- set-up -------------------------------------------------------------------------------
 
 def checked_config(config: Config, resume: bool, overwrite: bool) -> Config:
-    """The config filled with task defaults and validated; on --resume, the run's own saved config."""
+    """The config filled with task defaults and validated (on --resume, the run's own saved config), with its
+    backend resolved on this machine: config.resolved_backend, which the plan, the GRPOConfig and the loader read."""
     config = validate(fill_defaults(config))
-    check_scale_out(config)
     if resume:
         config = saved_config(config)
     elif is_main_process():
         RunDir.check_new(config.output_dir, overwrite)
+    backends.resolve_backend(config)  # the run's one resolution (config.yaml keeps the request, e.g. auto)
+    check_scale_out(config)
     models.check_name(config.model.name, config.model.gguf_file)
     return config
 
@@ -211,34 +212,18 @@ def process_rank() -> int:
     return int(os.environ.get("RANK", "0") or 0)
 
 
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
-
-
 def is_main_process() -> bool:
     return process_rank() == 0
 
 
 def check_scale_out(config: Config) -> None:
-    """Which backend supports what: Unsloth is the single-GPU path; several processes need the hf backend.
-
-    `auto` resolves to hf when several processes train; vLLM server mode generates through TRL (hf backend).
-    """
-    if world_size() > 1:
-        if config.backend == "unsloth":
-            raise UserError(f"backend: unsloth trains in one process on one GPU; this is a {world_size()}-process "
-                            "launch (accelerate/torchrun), which needs --backend hf (see docs/scaling.md)")
+    """What a multi-process launch cannot do (the backend it needs is backends.choose_backend's rule)."""
+    if backends.world_size() > 1:
         if config.grpo.filter_zero_std:  # each rank sees only its own completions, so ranks would retire different prompts
             raise UserError("grpo.filter_zero_std: works in single-process runs only; turn it off for multi-process training")
         if config.grpo.eval_steps:  # generating on one rank would stall sharded (ZeRO-3) models
             raise UserError("grpo.eval_steps: works in single-process runs only; set it to 0 for multi-process "
                             "training and run `local-grpo eval` afterwards")
-        config.backend = "hf"
-    if config.grpo.use_vllm and config.grpo.vllm_mode == "server" and config.backend == "auto":
-        config.backend = "hf"
-    if config.grpo.use_vllm and config.grpo.vllm_mode == "server" and config.backend == "unsloth":
-        raise UserError("grpo.vllm_mode: server mode (a separate `trl vllm-serve`) needs --backend hf; "
-                        "Unsloth generates with its own in-process vLLM (vllm_mode colocate)")
 
 
 # --- summary ------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ overrides:
 On CPU it also installs a torch path for TRL 1.15's Triton-only fused log-prob kernel
 (`install_cpu_logprob`), the one module-level patch we make; remove it once trl >= 1.16 is allowed.
 Unsloth's GRPOTrainer computes its own fused loss that bypasses `_compute_loss`, so kl mirror|both
-need the hf backend (`check_kl_backend`).
+need the hf backend (backends.choose_backend resolves auto to hf for them and refuses an explicit unsloth).
 """
 
 from __future__ import annotations
@@ -42,13 +42,6 @@ HOOKED_METHODS = {
     "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
 }
 TOKENS_PER_CHUNK = 1024  # CPU log-prob path: bounds the [tokens, vocab] logits held at once
-
-
-def check_kl_backend(config: Config, backend: str) -> None:
-    """kl mirror|both add a loss term through `_compute_loss`, which Unsloth's fused loss never calls."""
-    if config.kl_mode in ("mirror", "both") and backend == "unsloth":
-        raise UserError(f"grpo.kl: {config.kl_mode} needs the hf backend (Unsloth's fused GRPO loss has no hook for "
-                        "the KL to the previous policy); use --backend hf, or kl ref/none")
 
 
 def trainer_class(base_class):

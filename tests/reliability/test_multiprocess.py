@@ -90,7 +90,6 @@ def test_unsupported_backend_combinations_are_one_line(args, env, expected, tiny
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("local_grpo.backends.pick_backend", lambda requested: requested)
     code = cli.main(["train", "--model", tiny_model_dir, "--output", "run", "--num-heldout", "4", *args])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and expected in err, err
