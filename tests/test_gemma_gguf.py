@@ -24,6 +24,8 @@ CHARS = list("▁abcdehilnorstuwx0123456789+?:'")
 # "abc" is ab|c; a Unigram (best total score) would take a|bc, as "a" scores above "c".
 MERGED = ["ab", "bc", "th", "▁th", "▁the", "is", "▁is", "wh", "▁wh", "at", "▁what", "or", "wor", "▁wor", "ld",
           "▁world", "er", "▁w", "▁wha"]
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
 
 
 def tiny_vocab() -> tuple[list[str], list[float], list[int]]:
@@ -70,6 +72,7 @@ def write_tiny_gemma3_gguf(path: str, hidden: int = 16, layers: int = 2, seed: i
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(False)  # as llama.cpp's converter writes for Gemma
+    writer.add_chat_template(CHAT_TEMPLATE)
     rng = np.random.default_rng(seed)
 
     def tensor(name, *shape):  # numpy shape = torch shape (out, in)
@@ -136,6 +139,7 @@ def test_converted_gemma_tokenizer_is_the_sentencepiece_bpe(tiny_gemma):
         assert tokenizer.decode(tokenizer(text).input_ids, skip_special_tokens=True) == text.replace(
             "<start_of_turn>", "").replace("<end_of_turn>", "")
     assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<bos>", "<eos>", "<pad>")
+    assert tokenizer.chat_template == CHAT_TEMPLATE
 
 
 def test_converted_gemma_model_loads_and_generates(tiny_gemma):
