@@ -6,6 +6,7 @@ import the trainer. Every path a user types is resolved under the app's runs fol
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -14,6 +15,7 @@ import pandas as pd
 
 from local_grpo import rundir
 from local_grpo.errors import UserError
+from local_grpo.forecast import Band, ForecastView, judge_forecast
 from local_grpo.rundir import read_jsonl
 
 RUNNING_WINDOW_S = 120  # a run whose metrics changed this recently, without summary.json, is "running"
@@ -148,22 +150,27 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return [float(v) for v in pd.Series(values, dtype="float64").rolling(window, min_periods=1).mean()]
 
 
-def curve_frames(metrics: list[dict], smoothing: int = 1, forecast: dict | None = None) -> dict[str, pd.DataFrame]:
+def curve_frames(metrics: list[dict], smoothing: int = 1, forecast: dict | None = None,
+                 verdict: ForecastView | None = None) -> dict[str, pd.DataFrame]:
     """Long-format frames (step, value, series) for each panel in PANELS; empty frames when absent.
 
     With smoothing > 1 each noisy series is its moving average over that many logged steps, and the
     logged values stay beside it as the series "<name> (raw)" (drawn faint: `curve_colors`).
     `forecast` (RUN_DIR/forecast.json, `rundir.RunDir.forecast`) extends the forecast series past the last logged step.
+    The forecast's point is drawn only where it may be shown (local_grpo.forecast's rule): on a logged step when
+    its line says `forecast_shown`, past the last one when `verdict` (the rule's verdict at the last logged step,
+    `forecast.judge_logged`) allows that step's band; its band is always drawn.
     """
     frames = {}
     for panel, keys in PANELS.items():
-        rows = _forecast_rows(metrics, forecast, keys)
+        rows = _forecast_rows(metrics, forecast, keys, verdict)
         for key in keys:
             expanded = [f"rewards/{n}/mean" for n in reward_names(metrics)] if key == "rewards/*" else [key]
             for metric in expanded:
                 label = SERIES_NAMES.get(metric) or metric[len("rewards/"):-len("/mean")]
                 points = [(record["step"], float(record[metric])) for record in metrics
-                          if _is_number(record.get(metric)) and _is_number(record.get("step"))]
+                          if _is_number(record.get(metric)) and _is_number(record.get("step"))
+                          and (metric != "success_predicted" or record.get("forecast_shown") is True)]
                 if smoothing > 1 and metric not in UNSMOOTHED and points:
                     rows += [{"step": step, "value": value, "series": label + RAW_SUFFIX} for step, value in points]
                     points = list(zip([p[0] for p in points], moving_average([p[1] for p in points], smoothing)))
@@ -172,16 +179,21 @@ def curve_frames(metrics: list[dict], smoothing: int = 1, forecast: dict | None 
     return frames
 
 
-def _forecast_rows(metrics: list[dict], forecast: dict | None, keys) -> list[dict]:
-    """The forecast's values for the steps not logged yet, for the panel showing `keys`."""
-    if not forecast:
+def _forecast_rows(metrics: list[dict], forecast: dict | None, keys, verdict: ForecastView | None) -> list[dict]:
+    """The forecast's band for the steps not logged yet, for the panel showing `keys`, and its point where
+    `verdict`'s measurement allows it (local_grpo.forecast.judge_forecast on that step's band)."""
+    if not forecast or "success_predicted" not in keys:
         return []
     last = max((r["step"] for r in metrics if _is_number(r.get("step"))), default=0)
     rows = []
-    for key in (k for k in keys if k.startswith("success_predicted")):
-        for step, value in zip(forecast["steps"], forecast.get(key) or []):
-            if _is_number(step) and step > last and _is_number(value):
-                rows.append({"step": step, "value": float(value), "series": SERIES_NAMES[key]})
+    columns = [forecast.get(key) or [] for key in ("success_predicted", "success_predicted_low", "success_predicted_high")]
+    for step, point, low, high in zip(forecast.get("steps") or [], *columns):
+        if not (_is_number(step) and step > last and all(_is_number(v) for v in (point, low, high))):
+            continue
+        rows += [{"step": step, "value": float(low), "series": SERIES_NAMES["success_predicted_low"]},
+                 {"step": step, "value": float(high), "series": SERIES_NAMES["success_predicted_high"]}]
+        if verdict is not None and judge_forecast(Band(point, low, high), verdict.beside, verdict.measured).shown:
+            rows.append({"step": step, "value": float(point), "series": SERIES_NAMES["success_predicted"]})
     return rows
 
 
@@ -255,8 +267,24 @@ COMPLETION_VIEWS = ("latest", "best", "worst", "faults")
 
 def completion_text(record: dict) -> str:
     """What the Watch tab shows of one completions.jsonl record's completion (the tables and the per-prompt
-    history all go through here)."""
-    return str(record.get("completion", ""))
+    history all go through here): its text, or a tool task's turns one after another, each tool call as
+    `[tool call] calculator(expression="80 - 57")` and each result as `[calculator] 23`."""
+    turns = record.get("turns")
+    if not turns:
+        return str(record.get("completion", ""))
+    parts = []
+    for turn in turns:
+        if turn.get("role") == "tool":
+            parts.append(f"[{turn.get('name') or 'tool'}] {turn.get('content', '')}")
+            continue
+        if turn.get("content"):
+            parts.append(str(turn["content"]))
+        for call in turn.get("tool_calls") or []:
+            arguments = call.get("arguments")
+            shown = (", ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in arguments.items())
+                     if isinstance(arguments, dict) else json.dumps(arguments, ensure_ascii=False))
+            parts.append(f"[tool call] {call.get('name')}({shown})")
+    return "\n".join(parts)
 
 
 def completions_table(completions: list[dict], view: str = "latest", limit: int = 50) -> pd.DataFrame:
@@ -348,8 +376,9 @@ def eval_compare_table(run_path: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def run_overview(run_path: str, metrics: list[dict], events: list[dict]) -> str:
-    """A few lines of markdown: status, steps, model/task/rewards, last reward and success."""
+def run_overview(run_path: str, metrics: list[dict], events: list[dict], verdict: ForecastView | None = None) -> str:
+    """A few lines of markdown: status, steps, model/task/rewards, last reward and success, and the success
+    forecast as `verdict` (the forecast rule's verdict at the last logged step) allows it."""
     status = run_status(run_path)
     config = read_config(run_path)
     last = metrics[-1] if metrics else {}
@@ -369,9 +398,9 @@ def run_overview(run_path: str, metrics: list[dict], events: list[dict]) -> str:
         parts = [f"reward {last.get('reward', float('nan')):.3f}"] if _is_number(last.get("reward")) else []
         if _is_number(last.get("success")):
             parts.append(f"success {last['success']:.2f}")
-        if _is_number(last.get("success_predicted")):
-            parts.append(f"predicted {last['success_predicted']:.2f}")
         lines.append(" · ".join(parts))
+    if verdict is not None:
+        lines.append(f"success forecast: {verdict.describe()}")
     faults = reward_fault_count(events)
     if faults:
         lines.append(f"⚠ {faults} reward fault(s) — see Alerts")

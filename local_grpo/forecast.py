@@ -1,4 +1,5 @@
-"""A calibrated success forecast: p_ref pooled across prompts, the step size fitted to a run's first steps.
+"""A calibrated success forecast: p_ref pooled across prompts, the step size fitted to a run's first steps,
+and the rule that decides whether it may be shown.
 
 Two estimates turn the dynamics recurrence (local_grpo.dynamics) into a forecast for a real run:
 
@@ -16,6 +17,10 @@ Two estimates turn the dynamics recurrence (local_grpo.dynamics) into a forecast
    (step n is sampled by π_{n−1}; q_j, w_j the population's nodes). Fitting the population too keeps
    a held-out estimate that is off (8 × 4 samples) from being read as a wrong speed.
    `StepSizeFit.band` gives the forecast of the mean success per step and its central credible band.
+3. `judge_forecast` / `judge_logged`: whether a forecast may be shown at all. No point forecast whose band is
+   wider than MAX_BAND_WIDTH, and none that the success measured beside it contradicts; otherwise the
+   reader says TOO_EARLY and shows the band. The train summary, metrics.jsonl (`forecast_shown`), the
+   studio and the calibration bench all ask this one rule.
 
 Pure numpy and math; no I/O, no torch (local_grpo/train/p_ref.py wires this to a training run).
 """
@@ -261,3 +266,175 @@ def _weighted_quantiles_by_column(values, weights, q):
         w = weights[order]
         quantiles.append(np.interp(q, np.cumsum(w) - 0.5 * w, column[order]))
     return np.array(quantiles)
+
+
+# ---------------------------------------------------------------------------------------------
+# What may be shown: the one rule every consumer asks (train summary, metrics.jsonl, studio, bench)
+
+MAX_BAND_WIDTH = 0.5  # an 80 % band wider than this says too little: no point forecast
+MAX_MISS = 0.1  # a band further than this from the measured success is contradicted, however few samples
+MISS_Z = 2.0  # ... and so is one that the measured success's Wilson interval at this z does not reach
+CHECK_STEPS = 5  # the measured success beside a forecast: that of the last CHECK_STEPS logged steps
+TOO_EARLY = "too early to forecast"
+
+
+@dataclass(frozen=True)
+class Band:
+    """A forecast of the mean success: its point (the median) and central BAND_LEVEL band.
+
+    low, high None: a model that gives no band (the paper's recurrence at a KL run's β), read as a band of width 0.
+    """
+
+    predicted: float
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return (self.predicted, self.predicted) if self.low is None or self.high is None else (self.low, self.high)
+
+    @property
+    def width(self) -> float:
+        low, high = self.bounds
+        return high - low
+
+
+@dataclass(frozen=True)
+class MeasuredSuccess:
+    """Successes of `samples` completions judged beside a forecast."""
+
+    successes: int
+    samples: int
+
+    @property
+    def mean(self) -> float:
+        return self.successes / self.samples
+
+    def interval(self, z: float = MISS_Z) -> tuple[float, float]:
+        """The Wilson score interval: unlike mean ± z·se it is not of width 0 at 0 or all successes."""
+        n, p = self.samples, self.mean
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class ForecastView:
+    """What may be shown of a forecast: `shown` False means say TOO_EARLY (and `reason`), and show the band.
+
+    at: the forecast at `step`; beside: the forecast over the `window_steps` logged steps whose measured
+    success is `measured` (None: nothing measured yet).
+    """
+
+    shown: bool
+    at: Band
+    beside: Band
+    measured: MeasuredSuccess | None
+    reason: str = ""
+    step: int | None = None
+    window_steps: int = 0
+
+    def describe(self) -> str:
+        """One line of plain text: the forecast beside its measurement, or TOO_EARLY with why, the band and
+        the measurement (never the point)."""
+        band = f"{round(BAND_LEVEL * 100)}% band"
+        where = f"step {self.step}" if self.step is not None else "forecast"
+        if self.shown:
+            text = f"{where}: {_band_text(self.at)} ({band if self.at.low is not None else 'no band'})"
+        else:
+            text = f"{TOO_EARLY} ({self.reason})"
+            if self.at.low is not None:
+                text += f"; {band} at {where}: [{self.at.low:.3f}, {self.at.high:.3f}]"
+        if self.measured is not None:
+            low, high = self.measured.interval()
+            window = {0: "beside it", 1: "last step"}.get(self.window_steps, f"last {self.window_steps} steps")
+            beside = (_band_text(self.beside) if self.shown else
+                      f"band [{self.beside.low:.3f}, {self.beside.high:.3f}]" if self.beside.low is not None else "")
+            text += (f"; {window}: {beside + ', ' if beside else ''}measured {self.measured.mean:.3f} "
+                     f"[{low:.3f}, {high:.3f}] ({self.measured.successes}/{self.measured.samples})")
+        return text
+
+
+def _band_text(band: Band) -> str:
+    if band.low is None or band.high is None:
+        return f"{band.predicted:.3f}"
+    return f"{band.predicted:.3f} [{band.low:.3f}, {band.high:.3f}]"
+
+
+def judge_forecast(at: Band, beside: Band | None = None, measured: MeasuredSuccess | None = None,
+                   step: int | None = None, window_steps: int = 0) -> ForecastView:
+    """Whether a forecast may be shown (docs/dynamics.md, "Honest or quiet").
+
+    Quiet when the band at `step` or the band `beside` the measurement is wider than MAX_BAND_WIDTH, or
+    when the measured success contradicts the band beside it: it lies more than MAX_MISS outside, or its
+    Wilson interval (z = MISS_Z) does not reach the band. `beside` defaults to `at`; no measurement (or
+    none with samples) cannot contradict.
+    """
+    beside = at if beside is None else beside
+    view = dict(at=at, beside=beside, measured=measured, step=step, window_steps=window_steps)
+    widest = max(at.width, beside.width)
+    if widest > MAX_BAND_WIDTH:
+        return ForecastView(shown=False, reason=f"the {round(BAND_LEVEL * 100)}% band is {widest:.2f} wide, "
+                            f"more than {MAX_BAND_WIDTH}", **view)
+    if measured is None or measured.samples <= 0:
+        return ForecastView(shown=True, **{**view, "measured": None})
+    low, high = beside.bounds
+    m_low, m_high = measured.interval()
+    miss = max(low - measured.mean, measured.mean - high, 0.0)
+    if miss > MAX_MISS or m_high < low or m_low > high:
+        side = "below" if measured.mean < low else "above"
+        what = "band" if beside.low is not None else "prediction"
+        why = f"more than {MAX_MISS}" if miss > MAX_MISS else "beyond its sampling error"
+        return ForecastView(shown=False, reason=f"the measured success lies {miss:.3f} {side} the {what}: {why}",
+                            **view)
+    return ForecastView(shown=True, **view)
+
+
+def success_counts(completions) -> dict[int, tuple[int, int]]:
+    """{trainer step: (successes, samples)} from completions.jsonl records (an iterable of dicts)."""
+    counts: dict[int, list] = {}
+    for record in completions:
+        step, success = record.get("step"), record.get("success")
+        if isinstance(step, int) and isinstance(success, (int, float)):
+            tally = counts.setdefault(step, [0, 0])
+            tally[0] += 1 if success else 0
+            tally[1] += 1
+    return {step: (k, n) for step, (k, n) in counts.items()}
+
+
+def logged_band(line: dict) -> Band | None:
+    """The forecast a metrics.jsonl line logged (success_predicted and its band), None when it has none."""
+    point = line.get("success_predicted")
+    if not _is_number(point):
+        return None
+    low, high = line.get("success_predicted_low"), line.get("success_predicted_high")
+    if _is_number(low) and _is_number(high):
+        return Band(float(point), float(low), float(high))
+    return Band(float(point))
+
+
+def judge_logged(lines: list[dict], counts: dict[int, tuple[int, int]], steps: int = CHECK_STEPS) -> ForecastView | None:
+    """The view of the last logged forecast: metrics lines (step order) beside the measured success.
+
+    at: the last line's forecast; beside: the mean of the forecasts of the last `steps` lines that have
+    one; measured: the completions sampled for those lines (`counts`, from `success_counts`: every trainer
+    step after the line before them, up to the last). None when no line has a forecast.
+    """
+    logged = [(line["step"], band) for line in lines
+              if isinstance(line.get("step"), int) and (band := logged_band(line)) is not None]
+    if not logged:
+        return None
+    window = logged[-steps:]
+    after = logged[-steps - 1][0] if len(logged) > steps else 0
+    last = window[-1][0]
+    tallies = [counts[s] for s in counts if after < s <= last]
+    measured = MeasuredSuccess(sum(k for k, _ in tallies), sum(n for _, n in tallies)) if tallies else None
+    bands = [band for _, band in window]
+    beside = Band(*(float(np.mean(values)) for values in zip(*((b.predicted, *b.bounds) for b in bands))))
+    if all(b.low is None for b in bands):
+        beside = Band(beside.predicted)
+    return judge_forecast(window[-1][1], beside, measured, step=last, window_steps=len(window))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

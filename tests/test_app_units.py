@@ -28,7 +28,7 @@ def write_run(path, steps: int = 4, finished: bool = True, torn: bool = True) ->
                                      "rewards/format_soft/mean": 0.1 * step, "rewards/correct_numeric/mean": 0.05 * step,
                                      "frac_reward_zero_std": 0.5 - 0.1 * step, "completions/mean_length": 30 + step,
                                      "kl": 0.01 * step, "success": 0.1 * step, "success_predicted": 0.09 * step,
-                                     "time": 1.5 * step})
+                                     "forecast_shown": True, "time": 1.5 * step})
         for i in range(4):
             correct = None if (step == 2 and i == 0) else float(i % 2)
             total = 0.5 * 0.25 * i + (correct or 0.0)
@@ -124,7 +124,7 @@ def test_overview_counts_signal_alerts_apart_and_an_info_finding_as_neither(tmp_
     assert runs.signal_alerts(run.events()) == ["no_signal_streak"]
     overview = runs.run_overview(path, run.metrics(), run.events())
     assert "⚠ 2 reward fault(s)" in overview and "⚠ 1 learning-signal alert(s): no_signal_streak" in overview
-    assert "predicted 0.36" in overview
+    assert "forecast" not in overview  # no view given
 
 
 def test_eval_compare_table_reads_the_written_schema(tmp_path):

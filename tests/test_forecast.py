@@ -171,39 +171,176 @@ def test_kl_runs_keep_the_papers_prediction_and_kl_none_gets_the_forecast(tmp_pa
         config.grpo.beta = beta
         callback, recorder = SimpleNamespace(metric_hooks=[]), SimpleNamespace(on_scored=[])
         p_ref.attach_prediction(RunDir.create(str(tmp_path / name)), config, measured, recorder, callback)
-        assert [type(h) for h in callback.metric_hooks] == [expected]
-        assert recorder.on_scored == ([callback.metric_hooks[0].observe] if name == "none" else [])
+        [hook] = callback.metric_hooks
+        assert isinstance(hook, p_ref.ShownForecast) and type(hook.predictor) is expected
+        fitted = [hook.predictor.observe] if name == "none" else []
+        assert recorder.on_scored == [*fitted, hook.observe]
 
 
-def test_studio_success_panel_draws_the_band_and_the_forecast_ahead(tmp_path):
+# --- honest or quiet: the rule --------------------------------------------------------------------
+
+def test_a_band_wider_than_half_is_too_early_whatever_is_measured():
+    view = forecast.judge_forecast(forecast.Band(0.249, 0.098, 1.0), measured=forecast.MeasuredSuccess(90, 160), step=80)
+    assert not view.shown and "1.000" in view.describe() and "0.90 wide" in view.reason
+    assert view.describe().startswith(forecast.TOO_EARLY) and "0.249" not in view.describe()  # the band, not the point
+    # the band beside the measurement counts too, and so does an unmeasured forecast's
+    narrow, wide = forecast.Band(0.3, 0.2, 0.4), forecast.Band(0.3, 0.1, 0.7)
+    assert not forecast.judge_forecast(narrow, wide, forecast.MeasuredSuccess(5, 16)).shown
+    assert not forecast.judge_forecast(wide).shown
+    assert forecast.judge_forecast(forecast.Band(0.3, 0.05, 0.55)).shown  # exactly 0.5 wide
+
+
+def test_a_band_the_measured_success_contradicts_is_too_early():
+    # the 12-step quickstart: a narrow band around little learning beside a measured 0.27
+    view = forecast.judge_forecast(forecast.Band(0.078, 0.048, 0.137), measured=forecast.MeasuredSuccess(43, 160),
+                                   step=12, window_steps=5)
+    assert not view.shown and "0.132 above the band: more than 0.1" in view.reason
+    assert "[0.048, 0.137]" in view.describe() and "0.078" not in view.describe()
+    # less than 0.1 off but beyond the measurement's own Wilson interval (0.205-0.344): contradicted
+    view = forecast.judge_forecast(forecast.Band(0.17, 0.12, 0.19), measured=forecast.MeasuredSuccess(43, 160))
+    assert not view.shown and "beyond its sampling error" in view.reason
+    # more than 0.1 off always contradicts, however few samples (1 of 4 has a Wilson interval up to 0.7)
+    assert not forecast.judge_forecast(forecast.Band(0.5, 0.4, 0.6), measured=forecast.MeasuredSuccess(1, 4)).shown
+
+
+def test_a_narrow_band_the_measurement_agrees_with_is_shown():
+    view = forecast.judge_forecast(forecast.Band(0.3, 0.2, 0.4), measured=forecast.MeasuredSuccess(43, 160),
+                                   step=80, window_steps=5)
+    assert view.shown and view.reason == ""
+    assert view.describe() == ("step 80: 0.300 [0.200, 0.400] (80% band); last 5 steps: 0.300 [0.200, 0.400], "
+                               "measured 0.269 [0.205, 0.344] (43/160)")
+    # outside the band by less than its sampling error: not contradicted (0 of 80 reaches up to 0.048)
+    assert forecast.judge_forecast(forecast.Band(0.05, 0.03, 0.1), measured=forecast.MeasuredSuccess(0, 80)).shown
+    assert forecast.judge_forecast(forecast.Band(0.3, 0.2, 0.4)).shown  # nothing measured yet cannot contradict
+
+
+def test_a_prediction_without_a_band_is_held_to_its_point():
+    """A KL run's success_predicted (the paper's recurrence) has no band: a band of width 0."""
+    agreeing = forecast.judge_forecast(forecast.Band(0.3), measured=forecast.MeasuredSuccess(5, 16))
+    assert agreeing.shown and "(no band)" in agreeing.describe()
+    far = forecast.judge_forecast(forecast.Band(0.83), measured=forecast.MeasuredSuccess(29, 160))
+    assert not far.shown and "above the prediction" not in far.reason and "below the prediction" in far.reason
+
+
+def test_wilson_interval_is_not_empty_at_zero_or_all():
+    assert forecast.MeasuredSuccess(0, 80).interval() == pytest.approx((0.0, 4 / 84))
+    low, high = forecast.MeasuredSuccess(80, 80).interval()
+    assert high == pytest.approx(1.0) and low == pytest.approx(80 / 84)
+
+
+def test_judged_from_the_logged_lines_and_the_completions_of_the_last_steps():
+    lines = [{"step": s, "reward": 0.1, "success_predicted": 0.1 * s, "success_predicted_low": 0.1 * s - 0.05,
+              "success_predicted_high": 0.1 * s + 0.05} for s in (2, 4, 6)]
+    lines.insert(1, {"step": 3, "loss": 0.2})  # a line without a forecast is not one of the window's
+    records = [{"step": s, "success": int(i < s)} for s in range(1, 7) for i in range(8)]
+    counts = forecast.success_counts(records)
+    assert counts[3] == (3, 8) and counts[6] == (6, 8)
+    view = forecast.judge_logged(lines, counts, steps=2)
+    # window: the lines of steps 4 and 6, so the completions of steps 3-6 (after the line of step 2)
+    assert view.step == 6 and view.window_steps == 2
+    assert (view.measured.successes, view.measured.samples) == (3 + 4 + 5 + 6, 32)
+    assert (view.at.predicted, view.at.low, view.at.high) == pytest.approx((0.6, 0.55, 0.65))
+    assert view.beside.predicted == pytest.approx(0.5) and view.beside.bounds == pytest.approx((0.45, 0.55))
+    assert view.shown  # measured 18/32 = 0.5625, Wilson [0.39, 0.72] reaches the band
+    assert forecast.judge_logged([{"step": 1, "reward": 0.1}], counts) is None
+    point_only = forecast.judge_logged([{"step": 1, "success_predicted": 0.2}], {1: (1, 8)})
+    assert point_only.beside == forecast.Band(0.2) and point_only.shown
+
+
+def test_the_hook_flags_each_line_as_the_files_would_judge_it(tmp_path):
+    config, run, measured = _kl_none_run(tmp_path, 12)
+    callback, recorder = SimpleNamespace(metric_hooks=[]), SimpleNamespace(on_scored=[])
+    p_ref.attach_prediction(run, config, measured, recorder, callback)
+    [hook] = callback.metric_hooks
+    lines = []
+    for step in range(1, 9):
+        records = _records(step, [min(8, step), 8 if step > 4 else 0])
+        for record in records:
+            run.append(rundir.COMPLETIONS, record)
+        for observe in recorder.on_scored:
+            observe(step, records)
+        values = hook(step)
+        lines.append({"step": step, "reward": 0.0, **values})
+        run.append(rundir.METRICS, lines[-1])
+        assert values["forecast_shown"] == forecast.judge_logged(lines, forecast.success_counts(run.completions())).shown
+    assert {line["forecast_shown"] for line in lines} == {True, False}  # this run has both
+    resumed = p_ref.ShownForecast(hook.predictor, run)  # --resume: the lines and counts come back from the files
+    assert resumed.lines == [m for m in run.metrics()] and resumed.counts == hook.counts
+
+
+# --- honest or quiet: the consumers ---------------------------------------------------------------
+
+def test_studio_success_panel_draws_the_band_and_the_forecast_only_where_it_may_be_shown(tmp_path):
     from apps import runs
+    from apps.tabs import watch
 
     run = RunDir.create(str(tmp_path / "run"))
-    run.append(rundir.METRICS, {"step": 1, "success": 0.1, "success_predicted": 0.08,
-                                "success_predicted_low": 0.05, "success_predicted_high": 0.12})
-    run.write_json(rundir.FORECAST, {"steps": [1, 2, 3], "success_predicted": [0.08, 0.2, 0.3],
-                                     "success_predicted_low": [0.05, 0.1, 0.2], "success_predicted_high": [0.12, 0.3, 0.5]})
-    frame = runs.curve_frames(run.metrics(), forecast=run.forecast())["success"]
-    band_low = frame[frame["series"] == "forecast band (low)"]
-    assert band_low["step"].tolist() == [2, 3, 1] and band_low["value"].tolist() == [0.1, 0.2, 0.05]
-    assert set(frame["series"]) == {"success", "success (predicted)", "forecast band (low)", "forecast band (high)"}
+    band = {"success_predicted_low": 0.05, "success_predicted_high": 0.12}
+    run.append(rundir.METRICS, {"step": 1, "success": 0.1, "success_predicted": 0.08, **band, "forecast_shown": True})
+    run.append(rundir.METRICS, {"step": 2, "success": 0.1, "success_predicted": 0.09, **band, "forecast_shown": False})
+    run.append(rundir.METRICS, {"step": 3, "success": 0.1, "success_predicted": 0.09, **band})  # from before the flag
+    run.write_json(rundir.FORECAST, {"steps": [1, 2, 3, 4, 5], "success_predicted": [0.08, 0.09, 0.09, 0.1, 0.2],
+                                     "success_predicted_low": [0.05, 0.05, 0.05, 0.06, 0.0],
+                                     "success_predicted_high": [0.12, 0.12, 0.12, 0.14, 0.9]})
+    for step in (1, 2, 3):
+        for i in range(16):
+            run.append(rundir.COMPLETIONS, {"step": step, "prompt": "p", "success": int(i < 2)})
+    view = watch.forecast_view(run.metrics(), run.completions())
+    assert view.shown and view.measured.mean == pytest.approx(0.125)
+    frame = runs.curve_frames(run.metrics(), forecast=run.forecast(), verdict=view)["success"]
+
+    def series(name):
+        rows = frame[frame["series"] == name]
+        return sorted(zip(rows["step"].tolist(), rows["value"].tolist()))
+
+    assert [s for s, _ in series("forecast band (low)")] == [1, 2, 3, 4, 5]  # the band always
+    # the point: where the line says so, and ahead where that step's band allows (step 5's is 0.9 wide)
+    assert series("success (predicted)") == [(1, 0.08), (4, 0.1)]
+    assert series("forecast band (high)")[-1] == (5, 0.9)
+    no_view = runs.curve_frames(run.metrics(), forecast=run.forecast())["success"]
+    assert no_view[no_view["series"] == "success (predicted)"]["step"].tolist() == [1]  # without a view: none ahead
+    overview = runs.run_overview(run.path, run.metrics(), [], view)
+    assert "success forecast: step 3: 0.090 [0.050, 0.120] (80% band)" in overview
+    contradicted = watch.forecast_view(run.metrics(), [{"step": 3, "success": 1}] * 16)
+    assert not contradicted.shown and forecast.TOO_EARLY in runs.run_overview(run.path, run.metrics(), [], contradicted)
+    ahead = runs.curve_frames(run.metrics(), forecast=run.forecast(), verdict=contradicted)["success"]
+    assert set(ahead[ahead["series"] == "success (predicted)"]["step"]) == {1}
     assert RunDir(str(tmp_path)).forecast() is None
 
 
-def test_summary_reports_the_forecast_at_the_last_step_and_over_the_last_steps(tmp_path):
+def _write_forecast_run(tmp_path, successes_per_step):
     run = RunDir.create(str(tmp_path / "run"))
     run.write_json(rundir.FORECAST, {"fit_steps": 10, "level": 0.8, "beta": {"median": 31.0}, "steps": [1, 2, 3, 4],
                                      "success_predicted": [0.1, 0.2, 0.3, 0.4],
                                      "success_predicted_low": [0.0, 0.1, 0.2, 0.3],
                                      "success_predicted_high": [0.2, 0.3, 0.4, 0.6]})
-    metrics = [{"step": s, "success": 0.1 * s} for s in (1, 2, 3, 4)]
-    summary = p_ref.forecast_summary(run, metrics, window=2)
-    assert summary["step"] == 4 and (summary["predicted"], summary["low"], summary["high"]) == (0.4, 0.3, 0.6)
-    assert summary["window_predicted"] == pytest.approx(0.35) and summary["window_high"] == pytest.approx(0.5)
+    data = run.forecast()
+    metrics = [{"step": s, "reward": 0.1, **{k: data[k][s - 1] for k in ("success_predicted", "success_predicted_low",
+                                                                           "success_predicted_high")}} for s in (1, 2, 3, 4)]
+    for step, k in zip((1, 2, 3, 4), successes_per_step):
+        for i in range(16):
+            run.append(rundir.COMPLETIONS, {"step": step, "prompt": "p", "success": int(i < k)})
+    return run, metrics
+
+
+def test_summary_shows_a_forecast_the_measurement_agrees_with(tmp_path):
+    run, metrics = _write_forecast_run(tmp_path, [2, 3, 5, 6])  # measured 16/64 = 0.25 over steps 1-4
+    summary = p_ref.forecast_summary(run, metrics)
+    assert summary["shown"] and summary["step"] == 4 and (summary["predicted"], summary["low"], summary["high"]) == (0.4, 0.3, 0.6)
+    assert summary["window_steps"] == 4 and summary["window_predicted"] == pytest.approx(0.25)
+    assert summary["window_high"] == pytest.approx(0.375) and summary["measured"] == 0.25
     [line] = p_ref.forecast_lines(summary)
-    assert "steps 1-10" in line and "step 4: 0.400 [0.300, 0.600] (80% band)" in line
-    assert p_ref.forecast_summary(RunDir.create(str(tmp_path / "kl-run")), metrics, window=2) is None
+    assert "steps 1-10" in line and "step 4: 0.400 [0.300, 0.600] (80% band)" in line and "measured 0.250" in line
+    assert p_ref.forecast_summary(RunDir.create(str(tmp_path / "kl-run")), [{"step": 1, "reward": 0.1}]) is None
     assert p_ref.forecast_lines(None) == []
+
+
+def test_summary_says_too_early_when_the_measurement_contradicts_the_forecast(tmp_path):
+    run, metrics = _write_forecast_run(tmp_path, [12, 13, 14, 15])  # measured 0.84: far above every band
+    summary = p_ref.forecast_summary(run, metrics)
+    assert not summary["shown"] and "above the band" in summary["reason"]
+    [line] = p_ref.forecast_lines(summary)
+    assert forecast.TOO_EARLY in line and "[0.300, 0.600]" in line and "0.400" not in line
 
 
 def test_kl_none_training_logs_the_forecast_band_and_summarises_it(tiny_config, one_torch_thread):
@@ -217,8 +354,64 @@ def test_kl_none_training_logs_the_forecast_band_and_summarises_it(tiny_config, 
     assert all(0.0 < row["p_ref"] < 1.0 and "p_ref_raw" in row for row in measured["per_prompt"])
     metrics = run.metrics()
     assert [m["step"] for m in metrics] == [1, 2]
-    for m in metrics:
+    counts = forecast.success_counts(run.completions())
+    for i, m in enumerate(metrics):
         assert m["success_predicted_low"] <= m["success_predicted"] <= m["success_predicted_high"]
+        assert m["forecast_shown"] == forecast.judge_logged(metrics[:i + 1], counts).shown  # the rule, per line
     saved = run.read_json(rundir.FORECAST)
     assert saved["fit_steps"] == 2 and saved["steps"] == [1, 2] and saved["params"]["norm"] == p_ref.FORECAST_NORM
-    assert summary["forecast"]["step"] == 2 and "success forecast" in train.format_summary(summary)
+    # the summary line obeys the rule, and agrees with the last line's flag
+    shown = summary["forecast"]["shown"]
+    assert summary["forecast"]["step"] == 2 and shown == metrics[-1]["forecast_shown"]
+    [line] = [s for s in train.format_summary(summary).splitlines() if "success forecast" in s]
+    if shown:
+        assert summary["forecast"]["high"] - summary["forecast"]["low"] <= forecast.MAX_BAND_WIDTH
+        assert summary["forecast"]["window_low"] - forecast.MAX_MISS <= summary["forecast"]["measured"]
+        assert summary["forecast"]["measured"] <= summary["forecast"]["window_high"] + forecast.MAX_MISS
+        assert f"step 2: {summary['forecast']['predicted']:.3f}" in line
+    else:
+        assert forecast.TOO_EARLY in line and f"{summary['forecast']['predicted']:.3f} [" not in line
+
+
+# --- the calibration bench ------------------------------------------------------------------------
+
+def _finished_run(path, steps, successes_per_step, band, fit_steps=10, seed=1):
+    """A run directory as training leaves it: config, forecast.json fitted on steps 1-fit_steps, metrics, completions."""
+    run = RunDir.create(str(path))
+    with open(run.file(rundir.CONFIG), "w") as fh:
+        fh.write(f"data: {{task: arithmetic}}\ngrpo: {{seed: {seed}, max_steps: {steps}, beta: 0.0}}\n")
+    low, high = band
+    run.write_json(rundir.FORECAST, {"fit_steps": fit_steps, "level": 0.8, "beta": {"median": 50.0},
+                                     "p_ref": {"population_mean": 0.04}, "steps": list(range(1, steps + 1)),
+                                     "success_predicted": [(low + high) / 2] * steps,
+                                     "success_predicted_low": [low] * steps, "success_predicted_high": [high] * steps})
+    for step in range(1, steps + 1):
+        run.append(rundir.METRICS, {"step": step, "reward": 0.1, "success": successes_per_step / 8,
+                                    "success_predicted": (low + high) / 2, "success_predicted_low": low,
+                                    "success_predicted_high": high})
+        for i in range(8):
+            run.append(rundir.COMPLETIONS, {"step": step, "prompt": "p", "success": int(i < successes_per_step)})
+    return run.path
+
+
+def test_calibration_bench_scores_the_band_from_steps_1_to_10_against_the_last_10_steps(tmp_path):
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        "forecast_calibration", os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench", "forecast_calibration.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    inside = bench.score(_finished_run(tmp_path / "a", 24, 2, (0.1, 0.4)))
+    assert inside["window"] == [15, 24] and inside["measured_window"] == 0.25 and inside["measured_samples"] == 80
+    assert inside["contained"] and inside["width_window"] == pytest.approx(0.3) and inside["shown_at_end"]
+    outside = bench.score(_finished_run(tmp_path / "b", 24, 6, (0.1, 0.4), seed=2))
+    assert not outside["contained"] and not outside["shown_at_end"] and "above the band" in outside["shown_reason"]
+    short = bench.score(_finished_run(tmp_path / "c", 12, 2, (0.1, 0.4)))
+    assert "overlap steps 1-10" in short["excluded"]
+    early = bench.score(_finished_run(tmp_path / "d", 24, 2, (0.1, 0.4), fit_steps=4))
+    assert "1-4, not 1-10" in early["excluded"]
+    summary = bench.summarize([inside, outside, short, early])
+    assert (summary["runs"], summary["runs_scored"], summary["contained"], summary["coverage"]) == (4, 2, 1, 0.5)
+    assert summary["tasks"] == ["arithmetic"] and not summary["met"]
+    assert "excluded: " in bench.markdown([inside, short]) and "| **yes** |" in bench.markdown([inside])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from local_grpo import rundir
+from local_grpo import forecast, rundir
 from local_grpo.errors import UserError
 
 from apps import launcher, runs
@@ -18,7 +18,8 @@ from apps.tabs.common import Studio, parse_weights, user_errors
 
 TITLE, TAB_ID = "Watch", "watch"
 POLL_SECONDS = 2.0
-CURVE_TITLES = {"reward": "Total reward and each reward's mean", "success": "Success rate (and predicted, with the forecast band)",
+CURVE_TITLES = {"reward": "Total reward and each reward's mean",
+                "success": "Success rate; the forecast's band, and its point where it may be shown",
                 "length": "Completion length", "kl": "KL", "zero_std": "Fraction of zero-std groups",
                 "step_time": "Seconds per step: generation, rewards, train, other (stacked)"}
 WATCHED_FILES = (rundir.METRICS, rundir.COMPLETIONS, rundir.EVENTS, rundir.SUMMARY, rundir.EVAL_COMPARE, rundir.FORECAST)
@@ -81,10 +82,16 @@ class WatchTab:
                 self.weights, self.signature]
 
 
-def curve_views(watch: WatchTab, path: str, metrics: list[dict], smoothing) -> dict:
+def forecast_view(metrics: list[dict], completions: list[dict]):
+    """The success forecast's verdict at the last logged step (local_grpo.forecast's rule), None without one."""
+    return forecast.judge_logged(metrics, forecast.success_counts(completions))
+
+
+def curve_views(watch: WatchTab, path: str, metrics: list[dict], smoothing, verdict) -> dict:
     """One plot update per curve panel (smoothed, raw lines faint) and the KL note; the KL plot is hidden
-    when the note says why it has nothing to draw."""
-    frames = runs.curve_frames(metrics, smoothing=int(smoothing or 1), forecast=rundir.RunDir(path).forecast())
+    when the note says why it has nothing to draw. `verdict`: `forecast_view`, which gates the forecast ahead."""
+    frames = runs.curve_frames(metrics, smoothing=int(smoothing or 1), forecast=rundir.RunDir(path).forecast(),
+                               verdict=verdict)
     views = {}
     for panel in runs.PANELS:
         frame = frames[panel]
@@ -111,7 +118,9 @@ def run_views(watch: WatchTab, path: str, view: str, smoothing=DEFAULT_SMOOTHING
     """Overview, curve panels, KL note, completions, alerts, eval and the per-prompt panel of one run (through rundir)."""
     run = rundir.RunDir(path)
     metrics, events, completions = run.metrics(), run.events(), run.completions()
-    return {watch.overview: runs.run_overview(path, metrics, events), **curve_views(watch, path, metrics, smoothing),
+    verdict = forecast_view(metrics, completions)
+    return {watch.overview: runs.run_overview(path, metrics, events, verdict),
+            **curve_views(watch, path, metrics, smoothing, verdict),
             watch.completions: runs.completions_table(completions, view or "latest"),
             watch.alerts: runs.alerts_table(events), watch.evals: runs.eval_compare_table(path),
             **prompt_views(watch, completions, prompt)}
@@ -182,8 +191,9 @@ def wire(studio: Studio, watch: WatchTab) -> None:
 
     @user_errors
     def smooth_curves(run: str, smoothing):
-        path = studio.run_path(run)
-        return curve_views(watch, path, rundir.RunDir(path).metrics(), smoothing)
+        run_dir = rundir.RunDir(studio.run_path(run))
+        metrics = run_dir.metrics()
+        return curve_views(watch, run_dir.path, metrics, smoothing, forecast_view(metrics, run_dir.completions()))
 
     @user_errors
     def prompt_history(run: str, prompt: str):

@@ -103,7 +103,8 @@ class RunDirCallback:
         self._logged_step = state.global_step
         record = rundir.MetricsRecord(
             step=state.global_step, time=round(time.time() - self._started, 3), success=self.recorder.take_success(),
-            success_predicted=values.pop("success_predicted", None), values=values,
+            success_predicted=values.pop("success_predicted", None), forecast_shown=values.pop("forecast_shown", None),
+            values=values,
         ).to_json()
         self.run.append(rundir.METRICS, record)
         if "reward" in record:

@@ -126,7 +126,6 @@ def signal_summary(rows, format_rewards=()) -> dict:
         "longest_no_signal_streak": max((n for _, n in streaks), default=0),
         "length_start": _round(_mean(_values(first, "completions/mean_length"))),
         "length_end": _round(_mean(_values(last, "completions/mean_length"))),
-        "success_predicted_end": _round(_mean(_values(last, "success_predicted"))),
         "alerts": sorted({f["kind"] for f in found if f["level"] == "alert"}),
         "info": [f["message"] for f in found if f["level"] == "info"],
     }
@@ -146,8 +145,6 @@ def summary_lines(signal: dict | None) -> list[str]:
                      f"{signal['longest_no_signal_streak']} steps")
     if signal.get("length_start") is not None:
         lines.append(f"  completion length: {signal['length_start']:.0f} -> {signal['length_end']:.0f} tokens")
-    if signal.get("success_predicted_end") is not None:
-        lines.append(f"  success predicted (dynamics model, last steps): {signal['success_predicted_end']}")
     if signal.get("alerts"):
         lines.append(f"  signal alerts: {', '.join(signal['alerts'])} (see events.jsonl)")
     for message in signal.get("info") or []:

@@ -6,7 +6,9 @@ the loaded model (generation.generate: batched, left padding) and judges them wi
 a prompt is a small positive p_ref, not a certain 0) and writes RUN_DIR/p_ref.json, or reads it back
 on --resume. `attach_prediction` adds the metric hook that writes `success_predicted`:
 `PredictedSuccess` (the paper's recurrence at the run's β, per prompt, then averaged) for a KL run,
-`SuccessForecast` (β fitted to the run's first FIT_STEPS steps, with a band) for `kl: none`.
+`SuccessForecast` (β fitted to the run's first FIT_STEPS steps, with a band) for `kl: none`; either one
+behind `ShownForecast`, which adds `forecast_shown` (forecast.judge_logged: may the forecast be shown?).
+`forecast_summary` gives the train summary the same verdict from the run's files.
 
 Step mapping: one trainer step is one iteration of the recurrence (sample from π_{n−1}, update to
 π_n). The `success` logged at step n is measured on completions sampled by π_{n−1}, so it is
@@ -160,13 +162,42 @@ def held_out_counts(p_ref: dict) -> list[tuple[int, int]]:
 
 
 def attach_prediction(run, config: Config, p_ref: dict, recorder, callback) -> None:
-    """Add the success_predicted hook to the run's callback: a fitted forecast for kl none, else the paper's."""
+    """Add the success_predicted hook to the run's callback: a fitted forecast for kl none, else the paper's;
+    either way behind `ShownForecast`, which adds the rule's verdict (forecast_shown) to each line."""
     if config.kl_mode == "none":
-        hook = SuccessForecast(p_ref, config, run)
-        recorder.on_scored.append(hook.observe)
+        predictor = SuccessForecast(p_ref, config, run)
+        recorder.on_scored.append(predictor.observe)
     else:
-        hook = PredictedSuccess(p_ref, config)
+        predictor = PredictedSuccess(p_ref, config)
+    hook = ShownForecast(predictor, run)
+    recorder.on_scored.append(hook.observe)
     callback.metric_hooks.append(hook)
+
+
+class ShownForecast:
+    """A metric hook around a predictor's: its values plus `forecast_shown`, whether the forecast may be shown.
+
+    The verdict is forecast.judge_logged over the lines logged so far and the success measured on the
+    completions of the last forecast.CHECK_STEPS of them (counted as the recorder scores them; on
+    --resume read back from metrics.jsonl and completions.jsonl). The train summary and the studio
+    reach the same verdict from the same files.
+    """
+
+    def __init__(self, predictor, run):
+        self.predictor = predictor
+        self.lines = [m for m in run.metrics() if forecast.logged_band(m) is not None]
+        self.counts = forecast.success_counts(rundir.iter_jsonl(run.file(rundir.COMPLETIONS))) if self.lines else {}
+
+    def observe(self, step: int, records: list[dict]) -> None:
+        """RewardRecorder.on_scored hook: count the step's successes."""
+        for step_, tally in forecast.success_counts({**r, "step": step} for r in records).items():
+            k, n = self.counts.get(step_, (0, 0))
+            self.counts[step_] = (k + tally[0], n + tally[1])
+
+    def __call__(self, step: int) -> dict:
+        values = self.predictor(step)
+        self.lines = [*self.lines[-forecast.CHECK_STEPS:], {"step": step, **values}]
+        return {**values, "forecast_shown": forecast.judge_logged(self.lines, self.counts).shown}
 
 
 class PredictedSuccess:
@@ -270,34 +301,38 @@ def forecast_record(fit, band: dict, through: int, params: dict, held_out_prompt
     }
 
 
-def forecast_summary(run, metrics: list[dict], window: int) -> dict | None:
-    """The forecast at the last trained step, and over the summary's last `window` steps next to the measured success."""
-    data = run.forecast()  # None for a KL run, or p_ref off
-    steps = [m["step"] for m in metrics if isinstance(m.get("step"), int)]
-    if data is None or not steps:
-        return None
-    by_step = {s: i for i, s in enumerate(data["steps"])}
-    last = [s for s in steps[-window:] if s in by_step]
-    if not last:
-        return None
+def forecast_summary(run, metrics: list[dict]) -> dict | None:
+    """The forecast at the last logged step beside the success measured over the last forecast.CHECK_STEPS
+    lines, and whether it may be shown (forecast.judge_logged: the verdict the last metrics line carries).
 
-    def mean(key):
-        return round(sum(data[key][by_step[s]] for s in last) / len(last), 4)
-
-    end = by_step[last[-1]]
-    return {"fit_steps": data["fit_steps"], "level": data["level"], "beta": data["beta"].get("median"),
-            "step": last[-1], "predicted": data["success_predicted"][end],
-            "low": data["success_predicted_low"][end], "high": data["success_predicted_high"][end],
-            "window_predicted": mean("success_predicted"), "window_low": mean("success_predicted_low"),
-            "window_high": mean("success_predicted_high")}
+    None when the run logged no forecast (p_ref not measured).
+    """
+    view = forecast.judge_logged(metrics, forecast.success_counts(rundir.iter_jsonl(run.file(rundir.COMPLETIONS))))
+    if view is None:
+        return None
+    fitted = run.forecast()  # kl none: the fit behind the band; None for a KL run
+    low, high = view.at.low, view.at.high
+    summary = {"shown": view.shown, "text": view.describe(), "step": view.step,
+               "predicted": view.at.predicted, "low": low, "high": high, "level": forecast.BAND_LEVEL,
+               "window_steps": view.window_steps, "window_predicted": round(view.beside.predicted, 4),
+               "window_low": None if low is None else round(view.beside.bounds[0], 4),
+               "window_high": None if high is None else round(view.beside.bounds[1], 4),
+               "measured": None if view.measured is None else round(view.measured.mean, 4),
+               "measured_samples": None if view.measured is None else view.measured.samples,
+               "reason": view.reason}
+    if fitted is not None:
+        summary.update(model="kl none", fit_steps=fitted["fit_steps"], beta=fitted["beta"].get("median"))
+    else:
+        summary["model"] = "the paper's recurrence at the run's beta"
+    return summary
 
 
 def forecast_lines(summary: dict | None) -> list[str]:
-    """The train summary's lines for the forecast (none when there is no forecast)."""
+    """The train summary's line for the forecast (none when there is no forecast): shown, or too early and why."""
     if not summary:
         return []
-    band = f"{round(summary['level'] * 100)}% band"
-    return [f"  success forecast (kl none, step size fitted on steps 1-{summary['fit_steps']}, beta_eff "
-            f"{summary['beta']:.3g}): step {summary['step']}: {summary['predicted']:.3f} "
-            f"[{summary['low']:.3f}, {summary['high']:.3f}] ({band}); last steps "
-            f"{summary['window_predicted']:.3f} [{summary['window_low']:.3f}, {summary['window_high']:.3f}]"]
+    if "fit_steps" in summary:
+        model = f"kl none, step size fitted on steps 1-{summary['fit_steps']}, beta_eff {summary['beta']:.3g}"
+    else:
+        model = summary["model"]
+    return [f"  success forecast ({model}): {summary['text']}"]

@@ -267,7 +267,7 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
         "reward_faults": len(faults),  # reward code/verifier problems; learning-signal findings are in signal
         "signal_alerts": len(signal["alerts"]),
         "signal": signal,
-        "forecast": p_ref.forecast_summary(run, metrics, window),
+        "forecast": p_ref.forecast_summary(run, metrics),
         "step_time": rundir.mean_breakdown(metrics),  # mean time/<phase>_s after the first step
     }
 
