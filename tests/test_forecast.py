@@ -1,5 +1,6 @@
 """The calibrated success forecast: pooled p_ref, the fitted step size, and the live hook (synthetic data)."""
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -415,3 +416,13 @@ def test_calibration_bench_scores_the_band_from_steps_1_to_10_against_the_last_1
     assert (summary["runs"], summary["runs_scored"], summary["contained"], summary["coverage"]) == (4, 2, 1, 0.5)
     assert summary["tasks"] == ["arithmetic"] and not summary["met"]
     assert "excluded: " in bench.markdown([inside, short]) and "| **yes** |" in bench.markdown([inside])
+    # a stored bench/forecast_coverage.py result scores the same as the run directory it came from
+    curve = RunDir(inside["run_dir"]).forecast()
+    stored = tmp_path / "coverage.json"
+    stored.write_text(json.dumps({"runs": [{"run_dir": "a", "seed": 1, "fit_steps": 10, "beta": curve["beta"],
+                                            "measured": [0.25] * 24, "forecast": {
+                                                k: curve[k] for k in ("success_predicted", "success_predicted_low",
+                                                                      "success_predicted_high")}}]}))
+    [replayed] = bench.stored_rows(str(stored), completions_per_step=8)
+    same = ("window", "forecast_window", "width_window", "measured_window", "measured_samples", "contained", "shown_at_end")
+    assert {k: replayed[k] for k in same} == {k: inside[k] for k in same}
