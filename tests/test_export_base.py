@@ -194,8 +194,19 @@ def test_export_and_eval_load_a_hub_base_from_the_local_cache_offline(hub_cache_
     result = export.export_run(run, "merged16", str(tmp_path / "merged"), verify_prompts=2)
     assert result["reference"] == "the 4-bit base + adapter as trained and evaluated"
     assert result["verification"]["failed"] == []
+
+    loads = []  # what eval loaded: the real loader, watched
+
+    def watched(*args, **kwargs):
+        loaded = load_for_inference(*args, **kwargs)
+        loads.append((kwargs.get("base"), loaded.model.is_loaded_in_4bit))
+        return loaded
+
+    load_for_inference = backends.load_for_inference
+    monkeypatch.setattr(backends, "load_for_inference", watched)
     assert main(["eval", "--run", run, "--n", "1", "--samples", "0", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["n_prompts"] == 1
+    assert loads == [(RunDir.open(run).base_model(), True)]  # eval loaded the run's base, in 4-bit
 
 
 def test_a_missing_hub_base_is_one_line_and_exit_2(hub_cache_run, tmp_path):
