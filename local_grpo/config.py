@@ -129,6 +129,9 @@ class GRPOSettings:
     eval_steps: int = _f(0, "Every N steps, greedy pass@1 on held-out prompts, logged as eval/pass@1 in metrics.jsonl; "
                             "0 = off. A multiple of logging_steps; single-process runs only.")
     eval_prompts: int = _f(16, "Held-out prompts (at most) used by the eval every grpo.eval_steps steps.")
+    early_stop_evals: int = _f(0, "Stop training when held-out success (grpo.eval_steps) has not improved for "
+                                  "this many evals in a row; 0 = off. The best step's adapter is kept in "
+                                  "best_adapter/ either way.")
     trl: dict = _f({}, "Any other field of TRL's GRPOConfig, passed through as is, e.g. {importance_sampling_level: "
                        "sequence} (GSPO), {epsilon_high: 0.28} (DAPO clip-higher), {report_to: tensorboard}.")
 
@@ -450,6 +453,11 @@ def _validate_grpo(g: GRPOSettings, max_seq_length: int) -> None:
                         "(the result goes into that step's metrics line)")
     if g.eval_steps:
         _positive("grpo.eval_prompts", g.eval_prompts)
+    if g.early_stop_evals < 0:
+        raise UserError(f"grpo.early_stop_evals: must be >= 0 (0 = no early stop), got {g.early_stop_evals}")
+    if g.early_stop_evals and not g.eval_steps:
+        raise UserError(f"grpo.early_stop_evals: {g.early_stop_evals} needs grpo.eval_steps > 0 (the held-out evals "
+                        "it counts), e.g. --eval-steps 10")
     if g.warmup_steps < 0:
         raise UserError(f"grpo.warmup_steps: must be >= 0, got {g.warmup_steps}")
     if g.max_grad_norm <= 0:

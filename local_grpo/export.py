@@ -41,9 +41,13 @@ class VerificationError(UserError):
 
 
 def export_run(run_dir: str, fmt: str, out_dir: str, quant: str | None = None, verify_prompts: int = 4,
-               overwrite: bool = False) -> dict:
-    """Export RUN_DIR's adapter as `fmt` into `out_dir`, verified by reloading. Returns paths and numbers."""
+               overwrite: bool = False, checkpoint: str | None = None) -> dict:
+    """Export RUN_DIR's adapter as `fmt` into `out_dir`, verified by reloading. Returns paths and numbers.
+
+    `checkpoint`: best, final, or None: the best held-out checkpoint when the run kept one, else the final
+    adapter (rundir.RunDir.choose_adapter; the result's "checkpoint" says which)."""
     run = rundir.RunDir.open(run_dir)
+    chosen = run.choose_adapter(checkpoint)
     fmt, quant = check_format(fmt, quant)
     if verify_prompts < 0:
         raise UserError(f"--verify-prompts: must be >= 0, got {verify_prompts}")
@@ -64,7 +68,7 @@ def export_run(run_dir: str, fmt: str, out_dir: str, quant: str | None = None, v
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.partial-", dir=parent)
     os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700; the export is an ordinary folder
     try:
-        result = EXPORTERS[fmt](run, config, tmp, quant, verify_prompts)
+        result = {**EXPORTERS[fmt](run, config, tmp, quant, verify_prompts), "checkpoint": chosen}
         write_card(run, config, tmp, fmt, quant, result)
         replace_dir(tmp, out_dir)
     except BaseException:
@@ -448,6 +452,10 @@ def write_card(run, config: Config, folder: str, fmt: str, quant: str | None, re
         f"- Steps: {steps if steps is not None else 'unknown'}" + (f" in {summary['train_seconds']:.0f} s" if summary.get("train_seconds") else "")
         + (f" ({summary.get('backend')} backend, {summary.get('device')})" if summary.get("backend") else ""),
     ]
+    chosen = result.get("checkpoint") or {}
+    if chosen.get("which") == "best":
+        lines.append(f"- Adapter: the best held-out checkpoint, step {chosen['step']} (greedy success "
+                     f"{chosen['held_out_success']:.3f}, `grpo.eval_steps`)")
     if summary.get("reward_start") is not None:
         lines.append(f"- Reward (first -> last steps): {summary['reward_start']} -> {summary['reward_end']}; "
                      f"success: {summary.get('success_start')} -> {summary.get('success_end')}")

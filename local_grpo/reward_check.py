@@ -17,6 +17,7 @@ index), so they can be checked on hand-made samples:
     variance_shares     each term's share of the advantage variance (formula at the function)
     agreement_tables    2x2 counts of where two rewards agree on "success", with examples
     pass_rates          per-prompt p_ref by the success reward (the success rule: score >= 0.999 x its maximum)
+    truncation          completions that reached the length cap, and whether the cap is the problem
     decide_verdict      learnable / no signal (too hard, too easy) / a term dominates / unsound
 
 This module never prints and has no argparse (the CLI is reward_check_cli.py); torch and the model
@@ -62,6 +63,7 @@ class ScoredSample:
     group: int
     completion: str
     scores: dict
+    tokens: int | None = None  # the completion's length in tokens (None: not known)
 
 
 @dataclass
@@ -138,6 +140,7 @@ class RewardCheck:
     variance_shares: dict
     agreement: list
     probe: dict
+    truncation: dict
     verdict: Verdict
 
     def to_dict(self) -> dict:
@@ -207,6 +210,21 @@ def pass_rates(samples: list[ScoredSample], success_name: str, maximum: float = 
 
     return [statistics.fmean(float(is_success(s.scores.get(success_name), maximum)) for s in members)
             for members in groups_of(samples).values()]
+
+
+def truncation(samples: list[ScoredSample], success_name: str, cap: int, maximum: float = 1.0,
+               max_seq_length: int | None = None) -> dict:
+    """Samples that reached the `cap` tokens: {"cap", "cut", "cut_failed" (of them, the success reward's
+    failures), "samples", "advice"}; advice is the flag to raise the cap when it is the problem (the
+    learnability gate's rule, train/gate.py cap_advice), else None."""
+    from rewards import is_success
+
+    from .train.gate import cap_advice
+
+    cut = [s for s in samples if s.tokens is not None and s.tokens >= cap]
+    failed = sum(1 for s in cut if not is_success(s.scores.get(success_name), maximum))
+    return {"cap": cap, "cut": len(cut), "cut_failed": failed, "samples": len(samples),
+            "advice": cap_advice(len(cut), failed, len(samples), cap, max_seq_length)}
 
 
 def agreement_tables(samples: list[ScoredSample], maxima: dict, examples: int = 3) -> list[Agreement]:
@@ -425,7 +443,8 @@ def score_samples(entries: list, rows: list[dict], raw: list[dict]) -> list[Scor
         if drain:
             drain()
     return [ScoredSample(group=item["group"], completion=item["completion"],
-                         scores={name: values[i] for name, values in by_name.items()}) for i, item in enumerate(raw)]
+                         scores={name: values[i] for name, values in by_name.items()}, tokens=item.get("tokens"))
+            for i, item in enumerate(raw)]
 
 
 def probe_correctness(entries: list, rows: list[dict], success_name: str) -> dict:
@@ -509,6 +528,9 @@ def summarize(config: Config, rows: list[dict], samples: list[ScoredSample], ent
     zero_std = zero_std_fraction(samples, weights)
     shares = variance_shares(samples, weights, g.scale_rewards)
     verdict = decide_verdict(zero_std, p_refs, shares, success_name, probe_rates, weights, g.num_generations)
+    cut = truncation(samples, success_name, g.max_completion_length, maxima[success_name], config.model.max_seq_length)
+    if cut["advice"] and verdict.kind == "no_signal_too_hard":  # a learnable task learns to be brief (the quickstart)
+        verdict.warnings.append(f"the length cap is the problem: try {cut['advice']}")
     return RewardCheck(
         model=config.model.name, task=config.data.dataset or config.task_name, num_generations=g.num_generations,
         prompts=len(rows), samples=len(samples), seed=g.seed, max_new_tokens=g.max_completion_length,
@@ -516,4 +538,5 @@ def summarize(config: Config, rows: list[dict], samples: list[ScoredSample], ent
         per_prompt=per_prompt, p_ref={"reward": success_name, "threshold": SUCCESS_THRESHOLD * maxima[success_name],
                                       "mean": statistics.fmean(p_refs) if p_refs else None},
         forecast=forecast(p_refs, config), variance_scale=g.scale_rewards, variance_shares=shares,
-        agreement=agreement_tables(samples, maxima, settings.examples), probe=probe_rates, verdict=verdict)
+        agreement=agreement_tables(samples, maxima, settings.examples), probe=probe_rates, truncation=cut,
+        verdict=verdict)

@@ -16,6 +16,8 @@
     RUN_DIR/eval_prompts.jsonl           per-prompt results of `local-grpo eval --run RUN_DIR`
     RUN_DIR/checkpoints/                 trainer checkpoints (for --resume)
     RUN_DIR/adapter/                     the final LoRA adapter
+    RUN_DIR/best_adapter/                the adapter of the best held-out success (grpo.eval_steps)
+    RUN_DIR/best.json                    the BestRecord: which step that was, and its held-out success
 
 docs/run-directory.md documents every field; tests/test_rundir.py checks it against this module.
 Lines are appended whole (one write + flush per line); the reader skips a torn or garbled line.
@@ -46,6 +48,8 @@ FORECAST = "forecast.json"
 CONTROL = "control.json"
 CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
+BEST_ADAPTER = "best_adapter"
+BEST = "best.json"
 SUMMARY = "summary.json"
 EVAL_COMPARE = "eval_compare.json"
 EVAL_COMPARE_PROMPTS = "eval_compare_prompts.jsonl"
@@ -53,12 +57,14 @@ EVAL_PROMPTS = "eval_prompts.jsonl"
 REWARD_CODE = "reward_code"
 REWARD_CODE_MANIFEST = "reward_code.json"
 FILES = (CONFIG, METRICS, COMPLETIONS, EVENTS, BASE_MODEL, P_REF, FORECAST, CONTROL, SUMMARY, EVAL_COMPARE, EVAL_COMPARE_PROMPTS,
-         EVAL_PROMPTS, REWARD_CODE_MANIFEST, REWARD_CODE, CHECKPOINTS, ADAPTER)
+         EVAL_PROMPTS, REWARD_CODE_MANIFEST, REWARD_CODE, CHECKPOINTS, ADAPTER, BEST_ADAPTER, BEST)
+ADAPTER_CHOICES = ("best", "final")  # eval --checkpoint / export --checkpoint: which adapter of a run they read
 
 # events.jsonl types: reward faults (a reward could not score) are counted apart from learning-signal alerts
 EVENT_TYPES = ("info", "warning", "alert", "reward_fault", "reward_reloaded", "weights_changed")
 # kinds of the learning-signal findings train's diagnostics write (as an `alert` or an `info` event)
-SIGNAL_KINDS = ("no_signal_streak", "length_drift", "reward_without_success", "format_without_correctness")
+SIGNAL_KINDS = ("no_signal_streak", "length_drift", "reward_without_success", "format_without_correctness",
+                "held_out_falling", "not_learnable")
 
 
 def event_category(event: dict) -> str | None:
@@ -154,6 +160,19 @@ class BaseModelRecord:
         return dataclasses.asdict(self)
 
 
+@dataclass
+class BestRecord:
+    """The best held-out success of a run so far and the step whose adapter is in best_adapter/ (best.json)."""
+
+    step: int  # the trainer step after whose update the adapter was evaluated
+    held_out_success: float  # eval/pass@1 at that step: greedy success on the first grpo.eval_prompts held-out prompts
+    prompts: int  # how many held-out prompts that was
+    adapter: str  # the folder, relative to the run directory: best_adapter
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def read_jsonl(path: str) -> list[dict]:
     """All whole JSON objects in a jsonl file; a torn or garbled line is skipped, a missing file is []."""
     return list(iter_jsonl(path))
@@ -200,6 +219,7 @@ class RunDir:
         # readonly: every write is a no-op (the ranks other than 0 of a multi-process run)
         self.readonly = readonly
         self._checked_ends: set[str] = set()
+        self._chosen_adapter = ADAPTER  # what adapter_dir names (choose_adapter)
 
     # --- creation --------------------------------------------------------------------------
     @staticmethod
@@ -247,7 +267,32 @@ class RunDir:
 
     @property
     def adapter_dir(self) -> str:
-        return self.file(ADAPTER)
+        """The adapter this RunDir reads: adapter/ (the final one, which training writes), or the one
+        `choose_adapter` picked for eval and export."""
+        return self.file(self._chosen_adapter)
+
+    def choose_adapter(self, which: str | None = None) -> dict:
+        """Point `adapter_dir` at the adapter eval and export read, and say which it is.
+
+        `which`: "best" (best_adapter/, the best held-out success), "final" (adapter/), or None: the best
+        when the run kept one (trained with grpo.eval_steps), else the final. Returns {"which", "path",
+        "step", "held_out_success", "text"} (text: one line for the user).
+        """
+        if which not in (None, *ADAPTER_CHOICES):
+            raise UserError(f"--checkpoint: {which!r} is not one of {', '.join(ADAPTER_CHOICES)}")
+        best = self.best()
+        if which == "best" and best is None:
+            raise UserError(f"--checkpoint best: {self.path} kept no best adapter (train with --eval-steps N to keep "
+                            f"one); --checkpoint final reads {ADAPTER}/")
+        if best is not None and which != "final":
+            self._chosen_adapter = BEST_ADAPTER
+            text = (f"the best checkpoint: step {best['step']}, held-out success {best['held_out_success']:.3f} on "
+                    f"{best['prompts']} prompts ({BEST_ADAPTER}/; --checkpoint final for the last step's {ADAPTER}/)")
+            return {"which": "best", "path": self.adapter_dir, "step": best["step"],
+                    "held_out_success": best["held_out_success"], "text": text}
+        self._chosen_adapter = ADAPTER
+        text = f"the final adapter ({ADAPTER}/)" + (" (the run kept no best checkpoint)" if best is None else "")
+        return {"which": "final", "path": self.adapter_dir, "step": None, "held_out_success": None, "text": text}
 
     def last_checkpoint(self) -> str | None:
         """The newest `checkpoint-N` folder, or None."""
@@ -287,6 +332,23 @@ class RunDir:
         record = EventRecord(round(time.time(), 3), type, message, fields).to_json()
         self.append(EVENTS, record)
         return record
+
+    def save_best(self, record: BestRecord, write_adapter) -> None:
+        """Replace best_adapter/ with what `write_adapter(folder)` writes, then best.json with `record`.
+
+        The new folder is written beside the old one and swapped in, so a crash leaves one whole adapter.
+        """
+        if self.readonly:
+            return
+        target, partial, old = self.file(BEST_ADAPTER), self.file(BEST_ADAPTER + ".partial"), self.file(BEST_ADAPTER + ".old")
+        for leftover in (partial, old):
+            shutil.rmtree(leftover, ignore_errors=True)
+        write_adapter(partial)
+        if os.path.isdir(target):
+            os.replace(target, old)
+        os.replace(partial, target)
+        shutil.rmtree(old, ignore_errors=True)
+        self.write_json(BEST, record.to_json())
 
     def write_json(self, name: str, obj: Any) -> None:
         """Write a whole JSON file atomically (temp file + rename)."""
@@ -390,6 +452,14 @@ class RunDir:
 
     def p_ref(self) -> dict | None:
         return self.read_json(P_REF)
+
+    def best(self) -> dict | None:
+        """best.json (a BestRecord dict) when best_adapter/ holds an adapter, else None (no grpo.eval_steps, or garbled)."""
+        data = self.read_json(BEST)
+        fields = {f.name for f in dataclasses.fields(BestRecord)}
+        if not isinstance(data, dict) or not fields <= set(data):
+            return None
+        return data if os.path.isfile(os.path.join(self.file(BEST_ADAPTER), "adapter_config.json")) else None
 
     def eval_compare(self) -> dict | None:
         """eval_compare.json ({"base": metrics, "trained": metrics, ...}), or None when absent or garbled."""

@@ -59,6 +59,8 @@ def test_every_preset_validates(name):
         (lambda c: setattr(c.grpo, "eval_steps", -1), "grpo.eval_steps"),
         (lambda c: (setattr(c.grpo, "eval_steps", 3), setattr(c.grpo, "logging_steps", 2)), "grpo.eval_steps"),
         (lambda c: (setattr(c.grpo, "eval_steps", 2), setattr(c.grpo, "eval_prompts", 0)), "grpo.eval_prompts"),
+        (lambda c: setattr(c.grpo, "early_stop_evals", 3), "grpo.early_stop_evals"),  # needs grpo.eval_steps
+        (lambda c: (setattr(c.grpo, "eval_steps", 2), setattr(c.grpo, "early_stop_evals", -1)), "grpo.early_stop_evals"),
     ],
 )
 def test_validation_names_the_field(change, field):

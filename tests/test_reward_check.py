@@ -180,7 +180,7 @@ def test_forecast_says_when_its_speed_is_not_calibrated():
 
 JSON_KEYS = {"model", "task", "num_generations", "prompts", "samples", "seed", "max_new_tokens", "temperature",
              "cache", "seconds", "rewards", "zero_std_fraction", "per_prompt", "p_ref", "forecast", "variance_scale",
-             "variance_shares", "agreement", "probe", "verdict"}
+             "variance_shares", "agreement", "probe", "truncation", "verdict"}
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -210,6 +210,11 @@ def test_check_on_the_tiny_model_json_and_cache_reuse(tiny_model_dir, tmp_path, 
     assert result["probe"]["correct_numeric"]["false_positive_rate"] == 0.0
     assert result["verdict"]["kind"] in ("learnable", "no_signal_too_hard", "no_signal_too_easy", "term_dominates")
     assert len(result["per_prompt"]) == 2 and result["cache"]["hit"] is False
+    cut = result["truncation"]  # the random model rarely ends before the 8-token cap
+    assert (cut["cap"], cut["samples"]) == (8, 8) and 0 <= cut["cut_failed"] <= cut["cut"] <= 8
+    warned = any(w.startswith("the length cap is the problem: try --max-completion-length 16")
+                 for w in result["verdict"]["warnings"])
+    assert warned == (cut["advice"] is not None and result["verdict"]["kind"] == "no_signal_too_hard")
     path = result["cache"]["path"]
     assert os.path.dirname(path) == str(cache)
     with open(path, encoding="utf-8") as fh:

@@ -96,7 +96,7 @@ def _doc_section(title: str) -> str:
 
 @pytest.mark.parametrize("title,record", [
     ("MetricsRecord", "MetricsRecord"), ("CompletionRecord", "CompletionRecord"), ("EventRecord", "EventRecord"),
-    ("RewardFileRecord", "RewardFileRecord"), ("BaseModelRecord", "BaseModelRecord")])
+    ("RewardFileRecord", "RewardFileRecord"), ("BaseModelRecord", "BaseModelRecord"), ("BestRecord", "BestRecord")])
 def test_docs_list_every_field_of_each_record(title, record):
     import dataclasses
 

@@ -11,7 +11,7 @@ from .. import rundir, tasks
 from ..config import Config
 from ..errors import UserError
 from ..evaluate import EvalSettings, run_eval, write_results
-from ..output import stdout_to_stderr
+from ..output import notice, stdout_to_stderr
 from .common import add_config_flags, config_from_args
 
 CONFIG_FLAGS = ("model", "task", "dataset", "answer-format")
@@ -23,6 +23,8 @@ def register_cli(subparsers) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--adapter", help="a PEFT adapter folder to evaluate on top of --model")
     src.add_argument("--run", help="a run directory: model, task, rewards, system prompt and adapter come from it")
+    p.add_argument("--checkpoint", choices=rundir.ADAPTER_CHOICES,
+                   help="with --run: best (the default when the run kept one, trained with --eval-steps) or final")
     add_config_flags(p, only=CONFIG_FLAGS)
     p.add_argument("--task-options", help="task options as JSON, e.g. '{\"path\": \"test.jsonl\"}' for gsm8k")
     p.add_argument("--rewards", help="name[:weight],... rewards to report (default: the run's or the task's)")
@@ -46,10 +48,14 @@ def config_for_args(args) -> tuple[Config, str | None]:
     if args.run:
         run = rundir.RunDir.open(args.run)
         config = config_from_args(args, base=run.file(rundir.CONFIG))
-        adapter = args.adapter or run.adapter_dir
+        chosen = run.choose_adapter(args.checkpoint)
+        adapter = chosen["path"]
         if not os.path.isdir(adapter):
             raise UserError(f"--run: {run.path} has no adapter/ folder yet (training not finished?)")
+        notice(f"eval: {chosen['text']}")
     else:
+        if args.checkpoint:
+            raise UserError("--checkpoint: needs --run RUN_DIR (it picks one of the run's adapters)")
         if not getattr(args, "cfg__model", None):
             raise UserError("--model: required unless --run RUN_DIR is given")
         config = config_from_args(args)

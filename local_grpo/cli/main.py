@@ -43,7 +43,8 @@ def add_train_command(sub) -> None:
     p.add_argument("--output", help="run directory (default runs/<task>-<date>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --output from its last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
-    p.add_argument("--force", action="store_true", help="train even when the memory plan says it will not fit")
+    p.add_argument("--force", action="store_true", help="train even when the memory plan says it will not fit, or "
+                   "the learnability gate finds the starting model succeeds on (almost) none or all of its samples")
     p.add_argument("--json", action="store_true", help="print the final summary as one JSON object on stdout")
     p.add_argument("--trl", action="append", metavar="KEY=VALUE", default=None,
                    help="any other field of TRL's GRPOConfig (grpo.trl), e.g. --trl importance_sampling_level=sequence; "

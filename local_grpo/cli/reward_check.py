@@ -109,7 +109,7 @@ def reward_lines(result: dict) -> list[str]:
 def signal_lines(result: dict) -> list[str]:
     g, zero = result["num_generations"], result["zero_std_fraction"]
     flat = sum(1 for p in result["per_prompt"] if p["zero_std"])
-    p_ref, forecast = result["p_ref"], result["forecast"]
+    p_ref, forecast, cut = result["p_ref"], result["forecast"], result["truncation"]
     shares = ", ".join(f"{name} {'-' if share is None else format(share, '.0%')}"
                        for name, share in result["variance_shares"].items())
     return [
@@ -122,6 +122,8 @@ def signal_lines(result: dict) -> list[str]:
         f"  ({forecast['absorbing_prompts']} of {result['prompts']} prompts have p_ref 0 or 1, which the forecast "
         "holds fixed: all G samples agree on success, so GRPO has no success signal there)",
         f"advantage variance shares ({result['variance_scale']} scaling): {shares}",
+        f"length cap: {cut['cut']} of {cut['samples']} completions reached {cut['cap']} tokens "
+        f"(grpo.max_completion_length), {cut['cut_failed']} of them failed",
     ]
 
 

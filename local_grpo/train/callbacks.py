@@ -22,6 +22,8 @@ class RunDirCallback:
     """Writes metrics.jsonl each logged step, raises diagnostics alerts, applies control.json, shows progress.
 
     `metric_hooks` are callables(step) -> dict of extra metrics for that step's line (audit, predictor).
+    `stop_checks` are callables() -> a reason to stop training now, or None, asked after each line (the
+    early stop of held_out_eval.BestCheckpoint); the first reason stops the trainer (`early_stop`).
     """
 
     def __getattr__(self, name):
@@ -36,6 +38,8 @@ class RunDirCallback:
         self.trainer = None
         self.bar = None
         self.metric_hooks = []
+        self.stop_checks = []
+        self.early_stop: dict | None = None  # {"step", "reason"} once a stop check asked
         self.rows = [r for r in run.metrics() if "reward" in r]  # earlier steps of a resumed run
         self.alerts = diagnostics.AlertLog(run, diagnostics.format_reward_names(recorder.names))
         self._control_mtime = None
@@ -87,6 +91,18 @@ class RunDirCallback:
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         self._timed(self.log, state, logs)
+        if self.early_stop is None:
+            self.check_stop(state.global_step, control)
+
+    def check_stop(self, step: int, control) -> None:
+        """Ask the stop checks; the first reason ends training after this step (TrainerControl.should_training_stop)."""
+        for check in self.stop_checks:
+            reason = check()
+            if reason:
+                self.early_stop = {"step": step, "reason": reason}
+                self.run.event("info", f"early stop after step {step}: {reason}", step=step, kind="early_stop")
+                control.should_training_stop = True
+                return
 
     def log(self, state, logs) -> None:
         """One metrics.jsonl line for a logged step: TRL's logs, the step-time breakdown, the hooks' metrics."""

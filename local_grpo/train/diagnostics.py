@@ -14,6 +14,9 @@ Each finding is an "alert" (something to act on) or an "info" line (worth knowin
     reward w/o success  reward up by >= REWARD_RISE while success moved < SUCCESS_FLAT (hacking sign)
     format w/o correctness  a format reward's mean >= FORMAT_SATURATED over the last WINDOW steps
                       while success there is 0
+    held-out falling  (grpo.eval_steps) the latest eval/pass@1 is HELD_OUT_DROP or more below the best
+                      earlier one while the mean reward of the WINDOW steps up to it rose by >= REWARD_RISE
+                      over those up to the best: the onset of reward hacking (or over-fitting)
 
 Learning-signal findings are kept apart from reward faults (a reward that raised, timed out or
 returned bad values; the audit's verifier disagreeing): `rundir.event_category` sorts events.jsonl lines.
@@ -23,7 +26,7 @@ This module reads metrics and writes events; it does not change training.
 
 from __future__ import annotations
 
-from ..rundir import event_category
+from ..rundir import BEST_ADAPTER, event_category
 
 NO_SIGNAL_STREAK = 3
 WINDOW = 5
@@ -31,6 +34,7 @@ LENGTH_DRIFT = 1.5
 REWARD_RISE = 0.1
 SUCCESS_FLAT = 0.02
 FORMAT_SATURATED = 0.9
+HELD_OUT_DROP = 0.1  # eval/pass@1 below its best by this much (2 of the default 16 eval prompts)
 
 
 def _values(rows, key):
@@ -70,6 +74,9 @@ def findings(rows, format_rewards=()) -> list[dict]:
             out.append({"kind": "no_signal_streak", "level": "alert", "step": start + NO_SIGNAL_STREAK - 1,
                         "message": f"no learning signal: every group had zero reward std for {length} steps "
                                    f"from step {start} (all right or all wrong; make tasks easier/harder or raise num_generations)"})
+    falling = held_out_falling(rows)
+    if falling:
+        out.append(falling)
     if len(rows) < 2 * WINDOW:
         return out
     first, last = _window(rows)
@@ -89,6 +96,24 @@ def findings(rows, format_rewards=()) -> list[dict]:
             out.append({"kind": "format_without_correctness", "level": "alert", "step": step,
                         "message": f"format reward {name} saturated ({f1:.2f}) while success is 0 over the last {len(last)} steps"})
     return out
+
+
+def held_out_falling(rows) -> dict | None:
+    """The held-out-falling alert: the latest held-out eval well below the best earlier one while reward rose."""
+    evals = [i for i, r in enumerate(rows) if isinstance(r.get("eval/pass@1"), (int, float))]
+    if len(evals) < 2:
+        return None
+    latest = evals[-1]
+    best = max(evals[:-1], key=lambda i: rows[i]["eval/pass@1"])  # the first of equal bests
+    was, now = rows[best]["eval/pass@1"], rows[latest]["eval/pass@1"]
+    r_best = _mean(_values(rows[max(0, best - WINDOW + 1): best + 1], "reward"))
+    r_now = _mean(_values(rows[max(0, latest - WINDOW + 1): latest + 1], "reward"))
+    if was - now < HELD_OUT_DROP or r_best is None or r_now is None or r_now - r_best < REWARD_RISE:
+        return None
+    return {"kind": "held_out_falling", "level": "alert", "step": rows[latest]["step"],
+            "message": f"reward rose {r_best:.3f} -> {r_now:.3f} while held-out success fell from {was:.3f} "
+                       f"(step {rows[best]['step']}) to {now:.3f} (step {rows[latest]['step']}): the onset of reward "
+                       f"hacking or over-fitting; the best step's adapter is kept in {BEST_ADAPTER}/ (check completions.jsonl)"}
 
 
 def alerts(rows, format_rewards=()) -> list[dict]:

@@ -62,8 +62,9 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
     """Per-prompt success of `model` on `rows` from `samples` sampled completions each.
 
     At most `max_sequences` completions are generated at once (one prompt's samples always together).
-    Returns {"k", "per_prompt": [{"prompt", "p_ref", "successes", "samples"}], "mean", "seconds"};
-    p_ref here is the raw fraction (ensure_p_ref pools it).
+    Returns {"k", "per_prompt": [{"prompt", "p_ref", "successes", "samples", "cut", "cut_failed"}], "mean",
+    "seconds"}; p_ref here is the raw fraction (ensure_p_ref pools it); "cut" counts the completions that
+    reached max_new_tokens, "cut_failed" those of them that failed (the learnability gate reads both).
     """
     import torch
 
@@ -79,12 +80,13 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
     was_training = model.training
     model.eval()
     generator_state = torch.random.get_rng_state()  # leave the training RNG stream as it was
-    completions = []
+    completions, lengths = [], []  # lengths in tokens: a completion of max_new_tokens reached the cap (the gate)
     try:
         for batch_index, start in enumerate(range(0, len(rows), prompts_per_batch)):
             prompts = [row["prompt"] for row in rows[start:start + prompts_per_batch]]
             sampled = generate(model, tokenizer, prompts, settings, sample=True, batch_index=batch_index)
             completions += [text for per_prompt in sampled for text, _ in per_prompt]
+            lengths += [tokens for per_prompt in sampled for _, tokens in per_prompt]
     finally:
         torch.random.set_rng_state(generator_state)
         model.train(was_training)
@@ -95,11 +97,14 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
     drain = getattr(success_fn, "drain_events", None)
     if drain:
         drain()
+    success = [rewards.is_success(s, rewards.reward_max(success_fn)) for s in scores]
     per_prompt = []
     for i, row in enumerate(rows):
-        hits = [float(rewards.is_success(s, rewards.reward_max(success_fn))) for s, j in zip(scores, jobs) if j == i]
+        hits = [float(ok) for ok, j in zip(success, jobs) if j == i]
+        cut = [ok for ok, tokens, j in zip(success, lengths, jobs) if j == i and tokens >= max_new_tokens]
         per_prompt.append({"prompt": row.get("question") or str(row["prompt"]), "p_ref": sum(hits) / len(hits),
-                           "successes": int(sum(hits)), "samples": len(hits)})
+                           "successes": int(sum(hits)), "samples": len(hits),
+                           "cut": len(cut), "cut_failed": cut.count(False)})
     mean = sum(p["p_ref"] for p in per_prompt) / len(per_prompt)
     return {"k": samples, "per_prompt": per_prompt, "mean": mean, "seconds": round(time.time() - started, 1)}
 
@@ -118,9 +123,7 @@ def ensure_p_ref(run, config: Config, loaded, held_out: list[dict], success_fn) 
     rows = held_out[: g.p_ref_prompts]
     if g.p_ref_samples <= 0 or not rows:
         return None
-    result = pool_measurement(measure_p_ref(loaded.model, loaded.tokenizer, rows, success_fn, g.p_ref_samples,
-                                            g.max_completion_length, g.temperature, g.top_p, g.seed,
-                                            max_sequences=generation_limit(config, loaded.device)))
+    result = pool_measurement(measure_on(config, loaded, rows, success_fn, g.p_ref_samples, g.seed))
     params = predictor_params(config)
     prediction = dynamics.predict_dataset([p["p_ref"] for p in result["per_prompt"]], steps=g.max_steps, **params)
     result["predicted"] = {"params": params, "p_star": prediction["p_star"], "trajectory": prediction["trajectory"]}
@@ -129,6 +132,13 @@ def ensure_p_ref(run, config: Config, loaded, held_out: list[dict], success_fn) 
               f"mean {result['mean']:.3f} over {len(rows)} held-out prompts x "
               f"{g.p_ref_samples} samples ({result['seconds']} s); predicted p* {prediction['p_star']:.3f}", step=0)
     return result
+
+
+def measure_on(config: Config, loaded, rows: list[dict], success_fn, samples: int, seed: int) -> dict:
+    """measure_p_ref with the run's sampling settings (p_ref, and the learnability gate's further samples)."""
+    g = config.grpo
+    return measure_p_ref(loaded.model, loaded.tokenizer, rows, success_fn, samples, g.max_completion_length,
+                         g.temperature, g.top_p, seed, max_sequences=generation_limit(config, loaded.device))
 
 
 def pool_measurement(result: dict) -> dict:

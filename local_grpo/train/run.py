@@ -24,9 +24,9 @@ from ..config import save as save_config
 from ..errors import UserError
 from ..rundir import RunDir
 from ..tasks import build_reward_set, fill_defaults
-from . import diagnostics, p_ref, trainer
+from . import diagnostics, gate, p_ref, trainer
 from .callbacks import RunDirCallback
-from .held_out_eval import HeldOutEval
+from .held_out_eval import BestCheckpoint, HeldOutEval
 from .recorder import RewardRecorder
 from .reward_files import RewardFileLog
 
@@ -38,7 +38,9 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     The backend is resolved once, with the config's checks (`checked_config`); the memory plan runs
     next and refuses a clear misfit unless `force`; a prompt longer than
     model.max_seq_length - grpo.max_completion_length is refused before the run directory is written
-    (data.check_prompt_lengths). `callbacks`: transformers
+    (data.check_prompt_lengths). Before step 1 the learnability gate (gate.py) judges the measured p_ref
+    and raises gate.NotLearnable when the task is (almost) all wrong or all right for the starting model,
+    unless `force`; the run directory then keeps p_ref.json and the event. `callbacks`: transformers
     TrainerCallbacks called after ours at each event (so an on_log sees the step's metrics.jsonl line).
     """
     config = checked_config(config, resume, overwrite)
@@ -59,6 +61,10 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     run.write_json(rundir.BASE_MODEL, rundir.BaseModelRecord(**backends.base_record(config, loaded)).to_json())
     recorder.run = run
     measured = p_ref.ensure_p_ref(run, config, loaded, held_out, recorder.success_fn)  # RUN_DIR/p_ref.json
+    if checkpoint is None and is_main_process():  # before step 1: anything to learn? (a resumed run was judged)
+        gate.check(run, config, measured, held_out, force=force,  # more samples while none are right
+                   measure=lambda rows, samples, seed: p_ref.measure_on(config, loaded, rows, recorder.success_fn,
+                                                                        samples, seed))
 
     from datasets import Dataset
 
@@ -106,7 +112,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     if is_main_process():  # multi-process: rank 0 alone writes the run directory
         grpo_trainer.model.save_pretrained(run.adapter_dir)
         loaded.tokenizer.save_pretrained(run.adapter_dir)
-    summary = summarize(run, config, loaded, time.time() - started)
+    summary = summarize(run, config, loaded, time.time() - started, early_stop=callback.early_stop)
     run.write_json(rundir.SUMMARY, summary)
     if backends.world_size() > 1:
         print(f"local-grpo: rank {process_rank()} of {backends.world_size()} trained to step {grpo_trainer.state.global_step}",
@@ -148,11 +154,14 @@ def record_reward_files(run: RunDir, config: Config, recorder: RewardRecorder, s
 
 def attach_held_out_eval(run: RunDir, config: Config, callback: RunDirCallback, model, tokenizer,
                          held_out: list[dict]) -> None:
-    """Greedy pass@1 on held-out prompts every grpo.eval_steps steps (a metric hook); a warning when there are none."""
+    """Greedy pass@1 on held-out prompts every grpo.eval_steps steps (a metric hook), the best step's adapter
+    kept and the early stop asked after each (BestCheckpoint); a warning when there are no held-out prompts."""
     if not held_out:
         run.event("warning", "grpo.eval_steps: no held-out prompts (data.num_heldout 0), so no eval/pass@1 is logged")
         return
-    callback.metric_hooks.append(HeldOutEval(model, tokenizer, held_out, callback.recorder, config))
+    best = BestCheckpoint(run, model, tokenizer, config)
+    callback.metric_hooks.append(HeldOutEval(model, tokenizer, held_out, callback.recorder, config, best=best))
+    callback.stop_checks.append(best.stop_reason)
 
 
 def open_run(config: Config, resume: bool, overwrite: bool) -> tuple[RunDir, str | None]:
@@ -238,8 +247,8 @@ def step_time_lines(breakdown: dict | None) -> list[str]:
     return [f"  time per step ({total:.1f} s, mean after step 1): " + ", ".join(parts)]
 
 
-def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
-    """Reward and success at the start vs the end of training, and where things are."""
+def summarize(run: RunDir, config: Config, loaded, seconds: float, early_stop: dict | None = None) -> dict:
+    """Reward and success at the start vs the end of training, the best checkpoint, and where things are."""
     metrics = [m for m in run.metrics() if "reward" in m]
     window = max(1, min(5, len(metrics) // 4 or 1))
 
@@ -269,7 +278,22 @@ def summarize(run: RunDir, config: Config, loaded, seconds: float) -> dict:
         "signal": signal,
         "forecast": p_ref.forecast_summary(run, metrics),
         "step_time": rundir.mean_breakdown(metrics),  # mean time/<phase>_s after the first step
+        "best": run.best(),  # grpo.eval_steps: the BestRecord of best_adapter/, which eval and export read by default
+        "early_stop": early_stop,  # grpo.early_stop_evals: {"step", "reason"} when it stopped training
     }
+
+
+def best_lines(summary: dict) -> list[str]:
+    """The summary's lines on the early stop and the best checkpoint (none without grpo.eval_steps)."""
+    lines = []
+    if summary.get("early_stop"):
+        lines.append(f"  stopped early after step {summary['early_stop']['step']}: {summary['early_stop']['reason']}")
+    best = summary.get("best")
+    if best:
+        lines.append(f"  best checkpoint: step {best['step']}, held-out success {best['held_out_success']:.3f} "
+                     f"(greedy, {best['prompts']} prompts): {os.path.join(summary['run_dir'], best['adapter'])} "
+                     "(eval and export use it; --checkpoint final for the last step's adapter)")
+    return lines
 
 
 def format_summary(summary: dict) -> str:
@@ -294,6 +318,7 @@ def format_summary(summary: dict) -> str:
     lines += diagnostics.summary_lines(summary.get("signal"))
     lines += p_ref.forecast_lines(summary.get("forecast"))
     lines += step_time_lines(summary.get("step_time"))
+    lines += best_lines(summary)
     lines.append(f"  run directory: {summary['run_dir']}")
     lines.append(f"  LoRA adapter:  {summary['adapter']}")
     return "\n".join(lines)
