@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -69,17 +70,32 @@ def smollm2_tokenizer_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def tiny_architecture(smollm2_tokenizer_dir, tmp_path_factory):
+def tiny_architecture(smollm2_tokenizer_dir, tmp_path_factory, pytestconfig):
     """`tiny_architecture(name)`: the folder of a tiny random model of architecture `name` (a key of
-    tiny_model.ARCHITECTURES: smollm2, llama3, qwen2, qwen3, gemma3, phi3) with SmolLM2's tokenizer,
-    built on first use and kept for the session."""
-    from tiny_model import build_architecture
+    tiny_model.ARCHITECTURES: smollm2, llama3, qwen2, qwen3, gemma3, phi3) with SmolLM2's tokenizer (Qwen2:
+    Qwen2.5's own where llama.cpp's tree is installed, tiny_model.llama_cpp_vocab), built on first use and
+    kept for the session."""
+    from tiny_model import build_architecture, llama_cpp_vocab, save_gguf_tokenizer
 
     built: dict[str, str] = {}
 
+    def tokenizer_dir(name: str) -> str:
+        vocab = llama_cpp_vocab(name)
+        if vocab is None:
+            return smollm2_tokenizer_dir
+        # transformers reads a 151k-token GGUF vocabulary in ~20 s: kept in pytest's cache between sessions
+        key = f"{name}-tokenizer-{os.path.getsize(vocab)}"
+        cache = getattr(pytestconfig, "cache", None)
+        if cache is None:
+            return save_gguf_tokenizer(vocab, str(tmp_path_factory.mktemp(key)))
+        folder = os.path.join(cache.mkdir("tokenizers"), key)
+        if not os.path.isdir(folder):  # written beside it, then renamed: never half a folder
+            os.replace(save_gguf_tokenizer(vocab, tempfile.mkdtemp(dir=os.path.dirname(folder))), folder)
+        return folder
+
     def folder(name: str) -> str:
         if name not in built:
-            built[name] = build_architecture(name, str(tmp_path_factory.mktemp(f"tiny-{name}")), smollm2_tokenizer_dir)
+            built[name] = build_architecture(name, str(tmp_path_factory.mktemp(f"tiny-{name}")), tokenizer_dir(name))
         return built[name]
 
     return folder

@@ -105,8 +105,10 @@ def test_each_folder_loads_the_tokenizer_it_was_built_with(tiny_architecture, sm
     tokenizer = AutoTokenizer.from_pretrained(folder)
     spec = ARCHITECTURES[arch]
     assert tokenizer.eos_token == spec.eos and tokenizer.chat_template
-    # transformers 5.17 builds Qwen2Tokenizer for any qwen2 folder: Qwen2's pre-tokenizer over SmolLM2's vocabulary
-    assert reencodes_like(folder, smollm2_tokenizer_dir) is (arch != "qwen2")
+    if arch == "qwen2":  # transformers 5.17 reads any qwen2 folder with Qwen2's own pre-tokenizer
+        assert type(tokenizer).__name__ == "Qwen2Tokenizer"
+    else:
+        assert reencodes_like(folder, smollm2_tokenizer_dir)
     rendered = tokenizer.apply_chat_template([{"role": "system", "content": "Be brief."},
                                               {"role": "user", "content": "What is 2 + 3?"}],
                                              tokenize=False, add_generation_prompt=True)
@@ -168,7 +170,7 @@ def repeated_chat_batch(tokenizer, repeats: int = 4):
 
 
 @pytest.mark.parametrize("quant", QUANTS)
-@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("arch", ("llama3", "qwen3", "gemma3", "phi3"))  # Qwen2 computes as Qwen3 without q/k norm
 def test_cpu_sampling_speedups_give_plain_generations_tokens(adapted_model, arch, quant):
     """The shared prefill gives plain generation's tokens (greedy and sampled; Gemma 3's sliding-window cache
     included), the packed output head its logits to rounding (untied Llama 3 head, tied ones), and bf16

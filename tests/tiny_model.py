@@ -5,9 +5,11 @@ Qwen2: a qwen2 folder makes AutoTokenizer rebuild the pre-tokenizer and change i
 
 `build_architecture`: one tiny model per architecture the recipes name (`ARCHITECTURES`), each from
 its real transformers config class with that family's distinguishing features (GQA, llama3 rope
-scaling, untied head, q/k/v bias, q/k norm, sliding-window layers, fused projections), and the
-embedded SmolLM2's real tokenizer (llama.cpp's converter knows its pre-tokenizer), given the
-family's own chat template, special tokens and end token.
+scaling, untied head, q/k/v bias, q/k norm, sliding-window layers, fused projections), and a real
+tokenizer llama.cpp's converter knows: the embedded SmolLM2's, given the family's own chat template,
+special tokens and end token; for Qwen2, Qwen2.5's own where llama.cpp's tree is installed
+(`llama_cpp_vocab`), since transformers reads any qwen2 folder's tokenizer with Qwen2's pre-tokenizer
+and over SmolLM2's vocabulary that gives ids whose hash llama.cpp's converter does not recognise.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+
+from local_grpo.errors import UserError
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -71,6 +75,32 @@ def save_smollm2_tokenizer(out_dir: str) -> str:
     from local_grpo import models
 
     AutoTokenizer.from_pretrained(models.resolve("embedded")).save_pretrained(out_dir)
+    return out_dir
+
+
+# Families whose real tokenizer llama.cpp's tree holds as a vocabulary-only GGUF (`make gguf` extracts it).
+LLAMA_CPP_VOCABS = {"qwen2": "models/ggml-vocab-qwen2.gguf"}  # Qwen2.5's, 151,936 tokens
+
+
+def llama_cpp_vocab(name: str) -> str | None:
+    """The vocabulary GGUF of family `name` in the installed llama.cpp tree, or None (none for it, or no tree)."""
+    if name not in LLAMA_CPP_VOCABS:
+        return None
+    try:
+        from local_grpo import llamacpp
+
+        path = os.path.join(llamacpp.converter_dir(), LLAMA_CPP_VOCABS[name])
+    except (ImportError, UserError):
+        return None
+    return path if os.path.isfile(path) else None
+
+
+def save_gguf_tokenizer(gguf_path: str, out_dir: str) -> str:
+    """The tokenizer of a GGUF file (transformers' GGUF reader), saved alone in `out_dir`."""
+    from transformers import AutoTokenizer
+
+    folder, filename = os.path.split(os.path.abspath(gguf_path))
+    AutoTokenizer.from_pretrained(folder, gguf_file=filename).save_pretrained(out_dir)
     return out_dir
 
 
@@ -164,7 +194,7 @@ def build_architecture(name: str, out_dir: str, tokenizer_dir: str, hidden: int 
     ids = tokenizer.convert_tokens_to_ids
     config = getattr(transformers, arch.config_class)(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-        max_position_embeddings=1024, bos_token_id=ids(tokenizer.bos_token), eos_token_id=ids(arch.eos),
+        max_position_embeddings=1024, bos_token_id=tokenizer.bos_token_id, eos_token_id=ids(arch.eos),
         pad_token_id=ids(arch.pad), **arch.config)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -175,7 +205,9 @@ def build_architecture(name: str, out_dir: str, tokenizer_dir: str, hidden: int 
     # Saved again as AutoTokenizer reads it back, so that the files hold the tokenizer every loader sees.
     # Only qwen2 differs: transformers 5.17 builds Qwen2Tokenizer for any qwen2 folder whatever
     # tokenizer_class says, with Qwen2's own pre-tokenizer regex and NFC over SmolLM2's vocabulary and merges.
-    AutoTokenizer.from_pretrained(out_dir).save_pretrained(out_dir)
+    reloaded = AutoTokenizer.from_pretrained(out_dir)
+    if type(reloaded) is not type(tokenizer):
+        reloaded.save_pretrained(out_dir)
     if arch.tokenizer_class:  # llama.cpp's Phi-3 converter reads a GPT-2 style vocabulary only under this name
         path = os.path.join(out_dir, "tokenizer_config.json")
         with open(path, encoding="utf-8") as fh:
