@@ -289,8 +289,9 @@ def cpu_autocast_dtype(config: Config, on_cuda: bool, cpuinfo: str | None = None
     return "bfloat16" if cpu_bf16_flags(cpuinfo) else None
 
 
-def prepare_tokenizer(tokenizer) -> Any:
-    """Left padding for generation, a pad token, and a chat template when the model has none."""
+def prepare_tokenizer(tokenizer, config: Config | None = None) -> Any:
+    """Left padding for generation, a pad token, and a chat template when the model has none; with a config,
+    its model.chat_template and, for a tool task, a template that can call tools (tasks.tools.prepare_chat_template)."""
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -298,16 +299,20 @@ def prepare_tokenizer(tokenizer) -> Any:
     tokenizer.clean_up_tokenization_spaces = False
     if not getattr(tokenizer, "chat_template", None):
         tokenizer.chat_template = SIMPLE_CHAT_TEMPLATE
+    if config is not None:
+        from .tasks.tools import prepare_chat_template
+
+        prepare_chat_template(tokenizer, config)
     return tokenizer
 
 
-def load_tokenizer(path: str, **kwargs) -> Any:
+def load_tokenizer(path: str, config: Config | None = None, **kwargs) -> Any:
     """The tokenizer of a model folder or hub id, prepared as training uses it (`prepare_tokenizer`),
     without its model: what train measures prompts with before anything else loads."""
     from transformers import AutoTokenizer
 
     with stdout_to_stderr():
-        return prepare_tokenizer(_from_pretrained(AutoTokenizer, path, **kwargs))
+        return prepare_tokenizer(_from_pretrained(AutoTokenizer, path, **kwargs), config)
 
 
 def load(config: Config) -> LoadedModel:
@@ -350,7 +355,7 @@ def _load_hf(config: Config) -> LoadedModel:
 
     path = models.resolve(config.model.name, config.model.gguf_file)
     on_cuda = torch.cuda.is_available()
-    tokenizer = load_tokenizer(path)
+    tokenizer = load_tokenizer(path, config)
     model = _from_pretrained(AutoModelForCausalLM, path, **hf_load_kwargs(config, on_cuda, path))
     compute_4bit_in(model, compute_dtype(config, on_cuda))
     if config.model.load_in_4bit and config.grpo.gradient_checkpointing:
@@ -409,7 +414,7 @@ def _load_unsloth(config: Config) -> LoadedModel:
         use_gradient_checkpointing="unsloth" if config.grpo.gradient_checkpointing else False,
         random_state=config.grpo.seed,
     )
-    tokenizer = prepare_tokenizer(getattr(tokenizer, "tokenizer", tokenizer))
+    tokenizer = prepare_tokenizer(getattr(tokenizer, "tokenizer", tokenizer), config)
     import trl
 
     return LoadedModel(model, tokenizer, "unsloth", "cuda" if on_cuda else "cpu", path, trl.GRPOTrainer)
@@ -450,7 +455,7 @@ def load_for_inference(config: Config, adapter_dir: str | None = None, device: s
                 model = dequantize_4bit(model, compute_dtype(config, on_cuda))
         from transformers import AutoTokenizer
 
-        tokenizer = prepare_tokenizer(_from_pretrained(AutoTokenizer, tokenizer_source))
+        tokenizer = prepare_tokenizer(_from_pretrained(AutoTokenizer, tokenizer_source), config)
         if adapter_dir is not None:
             from peft import PeftModel
 

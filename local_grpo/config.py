@@ -48,6 +48,10 @@ class ModelConfig:
                            "AMX, else fp32), bf16, or off (force fp32). LoRA weights and optimizer stay fp32; "
                            "under bf16, fast CPU generation samples with bf16 copies of the weights.")
     gguf_file: str | None = _f(None, "Load a GGUF file inside the model folder (converted once to a cached HF folder).")
+    chat_template: str | None = _f(None, "A Jinja chat-template file used instead of the model's own, e.g. to give a "
+                                   "model tool calling; null = the model's own (a tool task on a ChatML model "
+                                   "without tool support, like the embedded one, gets local_grpo/chat_templates/"
+                                   "chatml_tools.jinja).")
 
 
 @dataclass
@@ -65,8 +69,9 @@ class LoraSettings:
 
 @dataclass
 class DataConfig:
-    task: str | None = _f("arithmetic", "Task: a built-in (arithmetic, gsm8k, countdown) or your own, path/to/file.py:NAME "
-                          "(docs/tasks.md). Ignored when `dataset` is set (a --task flag clears it).")
+    task: str | None = _f("arithmetic", "Task: a built-in (arithmetic, gsm8k, countdown, word_problems, calculator: "
+                          "with a tool) or your own, path/to/file.py:NAME (docs/tasks.md). Ignored when `dataset` "
+                          "is set (a --task flag clears it).")
     dataset: str | None = _f(None, "A local jsonl/csv/parquet file or a hub dataset id (needs a network).")
     split: str = _f("train", "Split to read from a hub dataset or folder (the shipped GSM8K: train or test).")
     prompt_column: str = _f("question", "Column with the question text (dataset only).")

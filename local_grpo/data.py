@@ -202,11 +202,13 @@ def hub_source(config: Config) -> str | None:
     return source if isinstance(source, str) and is_hub_id(source) else None
 
 
-def prompt_lengths(tokenizer, prompts: list[list[dict]], chat_template_kwargs: dict | None = None) -> list[int]:
-    """Tokens of each chat prompt as TRL feeds it to the model: the chat template with the generation prompt."""
+def prompt_lengths(tokenizer, prompts: list[list[dict]], chat_template_kwargs: dict | None = None,
+                   tools: list | None = None) -> list[int]:
+    """Tokens of each chat prompt as TRL feeds it to the model: the chat template with the generation prompt
+    (and a tool task's tool schemas)."""
     lengths: list[int] = []
     for start in range(0, len(prompts), PROMPT_CHUNK):
-        texts = tokenizer.apply_chat_template(prompts[start:start + PROMPT_CHUNK], tokenize=False,
+        texts = tokenizer.apply_chat_template(prompts[start:start + PROMPT_CHUNK], tools=tools or None, tokenize=False,
                                               add_generation_prompt=True, **(chat_template_kwargs or {}))
         lengths += [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     return lengths
@@ -216,15 +218,16 @@ def check_prompt_lengths(config: Config, tokenizer, train: list[dict], held_out:
     """Refuse a run whose longest chat-templated prompt exceeds `prompt_budget` (one UserError line on
     model.max_seq_length, naming the prompt and the max_seq_length it needs); else its measurements.
 
-    Prompts are measured with the run's tokenizer and grpo.trl's chat_template_kwargs, as TRL renders
-    them. Returns {"prompts", "longest", "budget"}.
+    Prompts are measured with the run's tokenizer, grpo.trl's chat_template_kwargs and the task's tools,
+    as TRL renders them. Returns {"prompts", "longest", "budget"}.
     """
     rows = [("train", i, row) for i, row in enumerate(train, 1)] + [("held-out", i, row) for i, row in enumerate(held_out, 1)]
     budget = prompt_budget(config)
     if not rows:
         return {"prompts": 0, "longest": 0, "budget": budget}
     kwargs = (config.grpo.trl or {}).get("chat_template_kwargs")
-    lengths = prompt_lengths(tokenizer, [row["prompt"] for _, _, row in rows], kwargs if isinstance(kwargs, dict) else None)
+    lengths = prompt_lengths(tokenizer, [row["prompt"] for _, _, row in rows], kwargs if isinstance(kwargs, dict) else None,
+                             task_for(config).tools)
     longest = max(range(len(rows)), key=lengths.__getitem__)
     if lengths[longest] > budget:
         part, number, row = rows[longest]

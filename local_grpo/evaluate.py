@@ -12,7 +12,9 @@ Metrics, per model (see docs/evaluation.md):
     format_rate        fraction of greedy completions with a parseable final answer: an answer marker
                        ("Answer:", "answer is", "####") followed by a number, a \\boxed{...}, or one
                        non-empty <answer>...</answer> block holding a number
-    mean_length        mean greedy completion length in tokens (up to and including the end token)
+    mean_length        mean greedy completion length in tokens (up to and including the end token; a tool
+                       task: the model's own tokens, the tools' results not counted)
+    tool_calls         a tool task: mean tool calls per greedy completion (TRL's tools/call_frequency)
 A completion is correct when the run's success reward scores it >= 0.999 x that reward's maximum, the
 rule training's `success` uses (tasks.RewardSet.is_success). Rewards are keyed like training's
 (format_soft, format_soft#2).
@@ -32,8 +34,9 @@ from dataclasses import dataclass
 from . import rundir
 from .config import Config
 from .errors import UserError
-from .generation import GenerationSettings, generate
+from .generation import Completion, GenerationSettings, generate_turns
 from .tasks import RewardSet, build_reward_set
+from .tasks.tools import max_tool_rounds, tools_for
 
 
 
@@ -100,10 +103,11 @@ def reward_set(config: Config) -> RewardSet:
 
 # --- scoring ------------------------------------------------------------------------------
 
-def score(reward_fns: list, rows: list[dict], texts: list[str]) -> dict[str, list]:
-    """Every reward's scores for completions `texts[i]` of prompt `rows[i]` (TRL's calling convention)."""
+def score(reward_fns: list, rows: list[dict], texts: list) -> dict[str, list]:
+    """Every reward's scores for completions `texts[i]` of prompt `rows[i]` (TRL's calling convention): a text,
+    or a tool task's turns (chat messages), which the rewards see whole, as in training."""
     columns = {key: [row.get(key) for row in rows] for key in rows[0] if key != "prompt"}
-    completions = [[{"role": "assistant", "content": t}] for t in texts]
+    completions = [t if isinstance(t, list) else [{"role": "assistant", "content": t}] for t in texts]
     prompts = [row["prompt"] for row in rows]
     return {fn.__name__: fn(completions, prompts=prompts, **columns) for fn in reward_fns}
 
@@ -121,8 +125,13 @@ def has_final_answer(text: str) -> bool:
 
 
 def evaluate(model, tokenizer, rows: list[dict], rewards: RewardSet, settings: EvalSettings,
-             progress: bool = True, label: str = "eval") -> tuple[dict, list[dict]]:
-    """Generate and score on `rows` with every reward of the set; returns (metrics, per-prompt records)."""
+             progress: bool = True, label: str = "eval", tools: list | None = None,
+             max_tool_rounds: int | None = None) -> tuple[dict, list[dict]]:
+    """Generate and score on `rows` with every reward of the set; returns (metrics, per-prompt records).
+
+    A tool task's `tools` (tasks.tools.tools_for) are called as in training (generation.tool_loop), and
+    each completion of the records carries its `turns` (rundir.completion_turns).
+    """
     from tqdm.auto import tqdm
 
     started = time.time()
@@ -132,30 +141,39 @@ def evaluate(model, tokenizer, rows: list[dict], rewards: RewardSet, settings: E
     for batch_index, start in enumerate(range(0, len(rows), settings.batch_size)):
         batch = rows[start:start + settings.batch_size]
         prompts = [row["prompt"] for row in batch]
-        greedy = [g[0] for g in generate(model, tokenizer, prompts, settings, sample=False)]
-        greedy_scores = score(reward_fns, batch, [text for text, _ in greedy])
-        sampled = generate(model, tokenizer, prompts, settings, sample=True, batch_index=batch_index) if settings.samples else None
+        greedy = [g[0] for g in generate_turns(model, tokenizer, prompts, settings, sample=False, tools=tools,
+                                               max_tool_rounds=max_tool_rounds)]
+        greedy_scores = score(reward_fns, batch, [g.turns or g.text for g in greedy])
+        sampled = generate_turns(model, tokenizer, prompts, settings, sample=True, batch_index=batch_index, tools=tools,
+                                 max_tool_rounds=max_tool_rounds) if settings.samples else None
         for i, row in enumerate(batch):
-            text, length = greedy[i]
+            text = greedy[i].text
             rewards_i = {name: scores[i] for name, scores in greedy_scores.items()}
             record = {
                 "index": start + i,
                 "question": row.get("question"),
                 "answer": row.get("answer"),
-                "greedy": {"completion": text, "tokens": length, "rewards": rewards_i,
-                           "correct": rewards.is_success(rewards_i[success_name]), "format": has_final_answer(text)},
+                "greedy": {"completion": text, "tokens": greedy[i].tokens, "rewards": rewards_i,
+                           "correct": rewards.is_success(rewards_i[success_name]), "format": has_final_answer(text),
+                           **turns_field(greedy[i])},
             }
             if sampled is not None:
-                texts = [t for t, _ in sampled[i]]
-                sample_scores = score([rewards.success], [row] * len(texts), texts)[success_name]
+                sample_scores = score([rewards.success], [row] * len(sampled[i]),
+                                      [c.turns or c.text for c in sampled[i]])[success_name]
                 correct = [rewards.is_success(s) for s in sample_scores]
-                record["samples"] = [{"completion": t, "tokens": n, "correct": ok} for (t, n), ok in zip(sampled[i], correct)]
+                record["samples"] = [{"completion": c.text, "tokens": c.tokens, "correct": ok, **turns_field(c)}
+                                     for c, ok in zip(sampled[i], correct)]
                 record["n"], record["c"] = len(correct), sum(correct)
                 record[f"pass@{settings.k}"] = pass_at_k(len(correct), sum(correct), settings.k)
             records.append(record)
         bar.update(len(batch))
     bar.close()
     return summarize(records, [f.__name__ for f in reward_fns], settings, time.time() - started), records
+
+
+def turns_field(completion: Completion) -> dict:
+    """{"turns": [...]} (rundir.completion_turns) for a tool task's completion, else {}."""
+    return {"turns": rundir.completion_turns(completion.turns)} if completion.turns is not None else {}
 
 
 def summarize(records: list[dict], reward_names: list[str], settings: EvalSettings, seconds: float) -> dict:
@@ -176,6 +194,8 @@ def summarize(records: list[dict], reward_names: list[str], settings: EvalSettin
     }
     for name in reward_names:
         metrics[f"rewards/{name}"] = mean([g["rewards"].get(name) for g in greedy])
+    if any("turns" in g for g in greedy):
+        metrics["tool_calls"] = mean([float(sum(len(t.get("tool_calls") or []) for t in g["turns"])) for g in greedy])
     if settings.samples:
         metrics["pass@1_sampled"] = mean([r["c"] / r["n"] for r in records])
         metrics[f"pass@{settings.k}"] = mean([r[f"pass@{settings.k}"] for r in records])
@@ -220,18 +240,19 @@ def run_eval(config: Config, adapter_dir: str | None, settings: EvalSettings, co
               "seed": settings.seed, "max_new_tokens": settings.max_new_tokens, "split": settings.split,
               "model": config.model.name, "adapter": adapter_dir, "backend": loaded.backend}
     records: list[dict] = []
+    tool_use = {"tools": tools_for(config), "max_tool_rounds": max_tool_rounds(config)}  # a tool task's tools
     if compare:
         if adapter_dir is None:
             raise UserError("--compare: needs --run RUN_DIR or --adapter DIR (the trained adapter)")
         with loaded.model.disable_adapter():
             result["base"], base_records = evaluate(loaded.model, loaded.tokenizer, rows, rewards, settings,
-                                                    progress, label="base")
+                                                    progress, label="base", **tool_use)
         result["trained"], trained_records = evaluate(loaded.model, loaded.tokenizer, rows, rewards, settings,
-                                                      progress, label="trained")
+                                                      progress, label="trained", **tool_use)
         records = [{"model": "base", **r} for r in base_records] + [{"model": "trained", **r} for r in trained_records]
     else:
         result["metrics"], records = evaluate(loaded.model, loaded.tokenizer, rows, rewards, settings,
-                                              progress, label="trained" if adapter_dir else "base")
+                                              progress, label="trained" if adapter_dir else "base", **tool_use)
     result["records"] = records
     return result
 

@@ -1,12 +1,13 @@
 """Generation shared by eval, p_ref, export checks, the studio and the reward check.
 
 One batched sampling loop over chat prompts (left padding, the chat template without a second BOS),
-seeded per batch so two models given the same settings see the same random stream. It never trains
-and never writes files.
+seeded per batch so two models given the same settings see the same random stream; for a tool task,
+with the tool-calling loop TRL runs in training (`tool_loop`). It never trains and never writes files.
 """
 
 from __future__ import annotations
 
+import copy
 import weakref
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -23,20 +24,46 @@ class GenerationSettings:
     seed: int = 0
 
 
+@dataclass
+class Completion:
+    """One generated completion: `text` is what the rewards read (the assistant's text, over all its turns),
+    `tokens` the model's own tokens (up to and including the end token; a tool's results not counted, as in
+    TRL's completions/mean_length), `turns` a tool task's chat messages (assistant, tool, assistant, ...)."""
+
+    text: str
+    tokens: int
+    turns: list[dict] | None = None
+
+
 def generate(model, tokenizer, prompts: list[list[dict]], settings: GenerationSettings, sample: bool,
-             batch_index: int = 0) -> list[list[tuple[str, int]]]:
+             batch_index: int = 0, tools: list | None = None,
+             max_tool_rounds: int | None = None) -> list[list[tuple[str, int]]]:
     """Completions for a batch of chat prompts: per prompt, a list of (text, length in tokens).
 
     Greedy gives one completion per prompt; sampling gives `settings.samples`, with the torch seed
-    set from (seed, batch) so two models see the same random stream.
+    set from (seed, batch) so two models see the same random stream. With `tools`, see generate_turns.
+    """
+    return [[(c.text, c.tokens) for c in per_prompt]
+            for per_prompt in generate_turns(model, tokenizer, prompts, settings, sample, batch_index, tools,
+                                             max_tool_rounds)]
+
+
+def generate_turns(model, tokenizer, prompts: list[list[dict]], settings: GenerationSettings, sample: bool,
+                   batch_index: int = 0, tools: list | None = None,
+                   max_tool_rounds: int | None = None) -> list[list[Completion]]:
+    """`generate`, with each completion's turns when the task has tools.
+
+    `tools` (a tool task's sandboxed tools, tasks.tools.sandboxed_tools): the prompt lists them, and each
+    completion runs TRL's tool-calling loop (`tool_loop`): until it calls no tool, `max_tool_rounds`
+    rounds, or settings.max_new_tokens tokens in all (its own and the tools' results, as TRL bounds
+    max_completion_length).
     """
     import torch
     from transformers import GenerationConfig
 
-    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    texts = [tokenizer.apply_chat_template(p, tools=tools or None, tokenize=False, add_generation_prompt=True)
+             for p in prompts]
     batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    device = next(model.parameters()).device
-    batch = {k: v.to(device) for k, v in batch.items()}
     eos_ids = end_token_ids(model, tokenizer)
     count = settings.samples if sample else 1
     # rows repeated here, not through num_return_sequences, so that on the CPU the prefill is shared
@@ -48,17 +75,109 @@ def generate(model, tokenizer, prompts: list[list[dict]], settings: GenerationSe
     )
     if sample:
         torch.manual_seed(settings.seed * 1_000_003 + batch_index)
+    new_tokens = [cut_at_end(ids, eos_ids) for ids in generate_ids(model, batch, gen)]
+    if tools:
+        prompt_ids = [[t for t, m in zip(ids, mask) if m] for ids, mask in
+                      zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist())]
+        completions = tool_loop(model, tokenizer, prompt_ids, new_tokens, tools, gen, max_tool_rounds)
+    else:
+        completions = [Completion(tokenizer.decode(ids, skip_special_tokens=True), len(ids)) for ids in new_tokens]
+    return [completions[i * count:(i + 1) * count] for i in range(len(prompts))]
+
+
+def generate_ids(model, batch: dict, gen) -> list[list[int]]:
+    """The new tokens of `model.generate` on a padded batch (on the CPU within cpu_sampling_speedups)."""
+    import torch
+
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in batch.items()}
     with torch.no_grad(), (cpu_sampling_speedups(model) if device.type == "cpu" else nullcontext()):
         out = model.generate(**batch, generation_config=gen)
-    new_tokens = out[:, batch["input_ids"].shape[1]:].tolist()
+    return out[:, batch["input_ids"].shape[1]:].tolist()
+
+
+# --- the tool-calling loop (eval's side of TRL's GRPOTrainer._tool_call_loop) -------------------
+
+def tool_loop(model, tokenizer, prompt_ids: list[list[int]], first: list[list[int]], tools: list, gen,
+              max_rounds: int | None = None) -> list[Completion]:
+    """Run the tools each completion calls and generate its next turn, as TRL does in training.
+
+    Each turn is read with TRL's parser (trl.chat_template_utils.parse_response); a tool call's results
+    become `tool` messages (a failing tool's `{'error': ...}`, as TRL words it), and the ids go on by
+    concatenation: prompt + completion so far + the tool turn's tokens (`tool_suffix_ids`), never
+    re-tokenised. A completion whose next tool turn would pass gen.max_new_tokens tokens in all stops
+    there, without that turn; its next turn is cut to the tokens left.
+    """
+    from rewards.extract import completion_text
+    from trl.chat_template_utils import parse_response
+
+    eos_ids = gen.eos_token_id
+    budget = gen.max_new_tokens
+    ids = [list(c) for c in first]
+    own = [len(c) for c in first]  # the model's own tokens
+    messages = [[parse_response(tokenizer, c, prefix=p)] for p, c in zip(prompt_ids, first)]
+    by_name = {tool.__name__: tool for tool in tools}
+    pending = [i for i, m in enumerate(messages) if m[-1].get("tool_calls")]
+    rounds = 0
+    while pending and (max_rounds is None or rounds < max_rounds):
+        rows = []
+        for i in pending:
+            results = tool_messages(by_name, messages[i][-1]["tool_calls"])
+            longer = ids[i] + tool_suffix_ids(tokenizer, results)
+            if len(longer) <= budget:  # else this completion ends here, without the tool turn
+                messages[i] += results
+                ids[i] = longer
+                if len(longer) < budget:
+                    rows.append(i)
+        if not rows:
+            break
+        left = [budget - len(ids[i]) for i in rows]
+        batch = tokenizer.pad({"input_ids": [prompt_ids[i] + ids[i] for i in rows]}, padding=True, return_tensors="pt")
+        turn_gen = copy.deepcopy(gen)
+        turn_gen.max_new_tokens = max(left)
+        nexts = generate_ids(model, batch, turn_gen)
+        pending = []
+        for i, room, new in zip(rows, left, nexts):
+            new = cut_at_end(new, eos_ids)[:room]
+            turn = parse_response(tokenizer, new, prefix=prompt_ids[i] + ids[i])
+            ids[i] += new
+            own[i] += len(new)
+            messages[i].append(turn)
+            if turn.get("tool_calls"):
+                pending.append(i)
+        rounds += 1
+    return [Completion(completion_text(m), n, m) for m, n in zip(messages, own)]
+
+
+def tool_messages(tools_by_name: dict, calls: list) -> list[dict]:
+    """One `tool` message per call: the tool's result, or `{'error': ...}` when it is unknown or fails (TRL's words)."""
     results = []
-    for i in range(len(prompts)):
-        per_prompt = []
-        for ids in new_tokens[i * count:(i + 1) * count]:
-            ids = cut_at_end(ids, eos_ids)
-            per_prompt.append((tokenizer.decode(ids, skip_special_tokens=True), len(ids)))
-        results.append(per_prompt)
+    for call in calls:
+        function = call.get("function", call) if isinstance(call, dict) else {}
+        name = function.get("name", "unknown")
+        try:
+            if name not in tools_by_name:
+                raise ValueError(f"Tool {name} not found.")
+            result = tools_by_name[name](**function.get("arguments", {}))
+        except Exception as error:  # the tool's own error, a ToolError from its child, bad arguments
+            result = {"error": str(error)}
+        results.append({"role": "tool", "name": name, "content": str(result)})
     return results
+
+
+def tool_suffix_ids(tokenizer, tool_messages: list[dict]) -> list[int]:
+    """The tokens between a tool-calling turn and the model's next turn: the tool results and the next
+    assistant header, rendered as TRL's GRPOTrainer._get_tool_suffix_ids renders them (a dummy tool call
+    with and without the results; the difference, from the call's end token on)."""
+    call = [{"type": "function", "function": {"name": tool_messages[0]["name"], "arguments": {}}}]
+    dummy = [{"role": "user", "content": "dummy"}, {"role": "assistant", "content": "", "tool_calls": call}]
+    prefix = tokenizer.apply_chat_template(dummy, add_generation_prompt=False, tokenize=True, return_dict=False)
+    full = tokenizer.apply_chat_template(dummy + tool_messages, add_generation_prompt=True, tokenize=True,
+                                         return_dict=False)
+    ends = [i for i, token in enumerate(prefix) if token == tokenizer.eos_token_id]
+    if ends:
+        prefix = prefix[: ends[-1] + 1]
+    return full[len(prefix):]
 
 
 def end_token_ids(model, tokenizer) -> list[int]:

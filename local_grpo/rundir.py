@@ -61,7 +61,8 @@ FILES = (CONFIG, METRICS, COMPLETIONS, EVENTS, BASE_MODEL, P_REF, FORECAST, CONT
 ADAPTER_CHOICES = ("best", "final")  # eval --checkpoint / export --checkpoint: which adapter of a run they read
 
 # events.jsonl types: reward faults (a reward could not score) are counted apart from learning-signal alerts
-EVENT_TYPES = ("info", "warning", "alert", "reward_fault", "reward_reloaded", "weights_changed")
+TOOL_FAULT = "tool_fault"  # a tool call that raised, overran its time limit or crashed (the model read the error)
+EVENT_TYPES = ("info", "warning", "alert", "reward_fault", "reward_reloaded", "weights_changed", TOOL_FAULT)
 # kinds of the learning-signal findings train's diagnostics write (as an `alert` or an `info` event)
 SIGNAL_KINDS = ("no_signal_streak", "length_drift", "reward_without_success", "format_without_correctness",
                 "held_out_falling", "not_learnable")
@@ -94,9 +95,32 @@ class CompletionRecord:
     rewards: dict  # reward key -> score (None: the reward could not judge)
     total: float  # the weighted sum of the scores that are not None
     success: int  # 1 when the success reward scored >= rewards.SUCCESS_THRESHOLD
+    turns: list | None = None  # a tool task's completion turn by turn (`completion_turns`); absent otherwise
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        record = dataclasses.asdict(self)
+        if record["turns"] is None:
+            del record["turns"]
+        return record
+
+
+def completion_turns(messages) -> list[dict]:
+    """A multi-turn completion (TRL's chat messages) as CompletionRecord.turns: one {"role", "content"} per
+    turn, with "tool_calls": [{"name", "arguments"}] on an assistant turn that called tools and "name" on a
+    tool turn (the tool's result)."""
+    turns = []
+    for message in messages if isinstance(messages, list) else []:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        turn = {"role": message.get("role"), "content": content if isinstance(content, str) else str(content or "")}
+        calls = [call.get("function", call) for call in message.get("tool_calls") or [] if isinstance(call, dict)]
+        if calls:
+            turn["tool_calls"] = [{"name": call.get("name"), "arguments": call.get("arguments")} for call in calls]
+        if message.get("role") == "tool" and message.get("name"):
+            turn["name"] = message["name"]
+        turns.append(turn)
+    return turns
 
 
 @dataclass

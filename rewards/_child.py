@@ -1,4 +1,4 @@
-"""The child-process side of rewards.worker: runs user reward files and batch jobs under limits.
+"""The child-process side of rewards.worker: runs user reward files, a task's tools and batch jobs under limits.
 
 Started by rewards.worker.ChildProcess as `python -c ... main(memory_mb)`. Reads length-prefixed
 pickled requests on stdin, answers on a private copy of stdout; whatever the user code prints goes
@@ -124,6 +124,35 @@ def handle_call_file(message):
     return ("ok", plain_scores(function(completions, **kwargs)))
 
 
+def handle_call_tool(message):
+    """("call_tool", (kind, where, folder), function, arguments) → ("ok", text) | ("error", text).
+
+    A tool the model called: `where` is a module importable from `folder` (kind "module") or a user's
+    file (kind "file"); the function runs under the file guard, which may read `folder`, with the model's
+    arguments as keyword arguments (a coroutine is run to its end); its return value comes back as text.
+    """
+    import asyncio
+    import inspect
+
+    _, (kind, where, folder), function_name, arguments = message
+    from rewards import sandbox
+
+    sandbox.install(extra_read=[folder])
+    if kind == "file":
+        namespace = load_file_namespace(where)
+    else:
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        namespace = vars(importlib.import_module(where))
+    function = namespace.get(function_name)
+    if not callable(function):
+        return ("error", f"{where}: no function {function_name!r}")
+    result = function(**arguments)
+    if inspect.iscoroutine(result):
+        result = asyncio.run(result)
+    return ("ok", result if isinstance(result, str) else str(result))
+
+
 def handle_map(message, out) -> None:
     """("map", module, function, items): answer ("ok"|"error", value) per item, then ("done",)."""
     _, module_name, function_name, items = message
@@ -158,6 +187,8 @@ def main(memory_mb: int = 0) -> None:
                 reply = ("ok", None)
             elif kind == "call_file":
                 reply = handle_call_file(message)
+            elif kind == "call_tool":
+                reply = handle_call_tool(message)
             else:
                 reply = ("error", f"unknown request {kind!r}")
         except BaseException as error:  # the user's code may raise anything, even SystemExit

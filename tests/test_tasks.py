@@ -46,7 +46,7 @@ def test_an_unknown_task_is_one_line_naming_the_known_tasks_and_exit_2(args, tmp
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and lines[0].startswith("local-grpo: error: data.task: "), result.stderr
-    assert "arithmetic, countdown, gsm8k" in lines[0] and "path/to/file.py:NAME" in lines[0]
+    assert ", ".join(tasks.builtin_names()) in lines[0] and "path/to/file.py:NAME" in lines[0]
 
 
 def test_a_task_file_is_named_path_colon_object_and_checked(tmp_path):
@@ -145,7 +145,7 @@ def test_no_task_verifier_is_one_of_its_rubric_rewards(name):
 
 
 def test_the_verifier_side_of_local_grpo_tasks_never_imports_the_reward_library():
-    building = {"reward_set.py"}  # builds the rubric's rewards; it judges nothing
+    building = {"reward_set.py", "tools.py"}  # build the rubric's rewards, run the tools in the reward sandbox; neither judges
     for folder, _, files in os.walk(TASKS_DIR):
         for file in files:
             if file.endswith(".py") and file not in building:

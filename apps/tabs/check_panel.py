@@ -86,7 +86,8 @@ def layout(studio: Studio) -> CheckPanel:
             model = gr.Textbox("embedded", label="Model", info="embedded, a local folder, or a hub id",
                                elem_id="check-model")
             preset = gr.Dropdown(["", *PRESETS], value="cpu", label="Preset", elem_id="check-preset")
-            task = gr.Dropdown(task_choices(), value="arithmetic", label="Task")
+            task = gr.Dropdown(task_choices(), value="arithmetic", allow_custom_value=True, label="Task",
+                               info="a built-in task, or your own: path/to/file.py:NAME")
             dataset = gr.Textbox(label="Dataset (instead of a task)")
         rewards = gr.Textbox(label="Rewards (one per line: name: weight; empty = the task's defaults)", lines=3,
                              placeholder="format_soft: 0.2\ncorrect_numeric: 1.0", elem_id="check-rewards")

@@ -49,7 +49,8 @@ class Studio:
 
 
 def task_choices() -> list[str]:
-    """The built-in tasks the Train form and the check panel offer (their one source in the studio)."""
+    """The built-in tasks the Train form and the check panel offer (their one source in the studio); both
+    also take a typed task file, path/to/file.py:NAME."""
     from local_grpo import tasks
 
     return tasks.builtin_names()

@@ -87,7 +87,7 @@ def layout(studio: Studio) -> TrainTab:
                             info=_help(config_mod.ModelConfig, "name"))
         preset = gr.Dropdown(["", *PRESETS], value="cpu", label="Preset", info=_help(config_mod.Config, "preset"))
     with gr.Row():
-        task = gr.Dropdown(task_choices(), value="arithmetic", label="Task",
+        task = gr.Dropdown(task_choices(), value="arithmetic", allow_custom_value=True, label="Task",
                            info=_help(config_mod.DataConfig, "task"))
         dataset = gr.Textbox(label="Dataset (instead of a task)", info=_help(config_mod.DataConfig, "dataset"))
         max_steps = gr.Number(40, precision=0, label="Max steps", info=_help(config_mod.GRPOSettings, "max_steps"))

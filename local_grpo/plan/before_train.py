@@ -56,7 +56,7 @@ def prompt_check(config) -> dict:
         if hub:
             return {"measured": False, "budget": budget, "reason": f"the data is the hub dataset {hub}; train measures them"}
         train_rows, held_out = data.load_examples(config)
-        tokenizer = backends.load_tokenizer(folder, local_files_only=True)
+        tokenizer = backends.load_tokenizer(folder, config, local_files_only=True)
     except UserError as exc:  # e.g. a dataset file that is not on this machine: plan the memory all the same
         return {"measured": False, "budget": budget, "reason": str(exc)}
     return {"measured": True, **data.check_prompt_lengths(config, tokenizer, train_rows, held_out)}

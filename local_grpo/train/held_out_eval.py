@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from .. import rundir
 from ..config import Config
+from ..tasks.tools import max_tool_rounds
 from .recorder import RewardRecorder
 
 GENERATION_BATCH = 16  # prompts generated at once
@@ -35,6 +36,7 @@ class HeldOutEval:
         self.recorder = recorder
         self.every = config.grpo.eval_steps
         self.max_new_tokens = config.grpo.max_completion_length
+        self.max_tool_rounds = max_tool_rounds(config)  # a tool task's completions call its tools (recorder.tools)
         self.best = best  # told each result
 
     def due(self, step: int) -> bool:
@@ -70,7 +72,8 @@ class HeldOutEval:
             for start in range(0, len(self.rows), GENERATION_BATCH):
                 prompts = [row["prompt"] for row in self.rows[start:start + GENERATION_BATCH]]
                 texts += [per_prompt[0][0] for per_prompt in generate(self.model, self.tokenizer, prompts, settings,
-                                                                      sample=False)]
+                                                                      sample=False, tools=self.recorder.tools or None,
+                                                                      max_tool_rounds=self.max_tool_rounds)]
         finally:
             torch.random.set_rng_state(cpu_state)
             if cuda_states is not None:

@@ -23,6 +23,7 @@ import time
 
 from .. import dynamics, forecast, rundir
 from ..config import Config
+from ..tasks.tools import max_tool_rounds, tools_for
 
 GENERATION_BATCH = 32  # completions generated at once
 NONE_STEP_BETA = 1.0  # kl none with beta 0: the predictor's nominal step size (see predictor_params)
@@ -58,10 +59,12 @@ def generation_limit(config: Config, device: str) -> int:
 
 def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, max_new_tokens: int,
                   temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-                  max_sequences: int = GENERATION_BATCH) -> dict:
+                  max_sequences: int = GENERATION_BATCH, tools: list | None = None,
+                  max_tool_rounds: int | None = None) -> dict:
     """Per-prompt success of `model` on `rows` from `samples` sampled completions each.
 
     At most `max_sequences` completions are generated at once (one prompt's samples always together).
+    A tool task's completions call its `tools` as in training (generation.generate).
     Returns {"k", "per_prompt": [{"prompt", "p_ref", "successes", "samples", "cut", "cut_failed"}], "mean",
     "seconds"}; p_ref here is the raw fraction (ensure_p_ref pools it); "cut" counts the completions that
     reached max_new_tokens, "cut_failed" those of them that failed (the learnability gate reads both).
@@ -84,7 +87,8 @@ def measure_p_ref(model, tokenizer, rows: list[dict], success_fn, samples: int, 
     try:
         for batch_index, start in enumerate(range(0, len(rows), prompts_per_batch)):
             prompts = [row["prompt"] for row in rows[start:start + prompts_per_batch]]
-            sampled = generate(model, tokenizer, prompts, settings, sample=True, batch_index=batch_index)
+            sampled = generate(model, tokenizer, prompts, settings, sample=True, batch_index=batch_index,
+                               tools=tools, max_tool_rounds=max_tool_rounds)
             completions += [text for per_prompt in sampled for text, _ in per_prompt]
             lengths += [tokens for per_prompt in sampled for _, tokens in per_prompt]
     finally:
@@ -138,7 +142,8 @@ def measure_on(config: Config, loaded, rows: list[dict], success_fn, samples: in
     """measure_p_ref with the run's sampling settings (p_ref, and the learnability gate's further samples)."""
     g = config.grpo
     return measure_p_ref(loaded.model, loaded.tokenizer, rows, success_fn, samples, g.max_completion_length,
-                         g.temperature, g.top_p, seed, max_sequences=generation_limit(config, loaded.device))
+                         g.temperature, g.top_p, seed, max_sequences=generation_limit(config, loaded.device),
+                         tools=tools_for(config), max_tool_rounds=max_tool_rounds(config))
 
 
 def pool_measurement(result: dict) -> dict:

@@ -4,6 +4,8 @@ Each reward is keyed by its spec's unique key (`rewards.unique_keys`: format_sof
 same key in metrics.jsonl (TRL names its columns after the wrapped function), completions.jsonl,
 control.json and the app. TRL calls the functions in order on one batch; when the last one has scored,
 the recorder judges success, computes the weighted total and appends one CompletionRecord per completion.
+For a tool task it also records each completion's turns (rundir.completion_turns) and writes the tools'
+failed calls of the batch as tool_fault events.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class RewardRecorder:
     """The run's reward functions, under their unique keys, with the recorder around each one."""
 
     def __init__(self, run: rundir.RunDir | None, reward_fns: list, weights: list[float], success_fn,
-                 write: bool = True):
+                 write: bool = True, tools: list | None = None):
         import rewards
 
         self.run = run
@@ -45,6 +47,7 @@ class RewardRecorder:
         self.weights = list(weights)
         self.success_fn = success_fn
         self.write = write  # and only once a run directory is set
+        self.tools = list(tools or [])  # a tool task's sandboxed tools (tasks.tools.sandboxed_tools)
         self.step = 0
         self.batch = _Batch()
         self.success_window: list[float] = []  # per-completion success since the last log
@@ -112,6 +115,7 @@ class RewardRecorder:
             self._write_events(self.success_fn)
         success = self.successes(success_scores)
         self.success_window.extend(success)
+        self._write_tool_faults()
         records = []
         for i, completion in enumerate(completions):
             per_reward = {n: self.batch.scores[n][i] for n in self.names}
@@ -124,11 +128,19 @@ class RewardRecorder:
                 rewards=per_reward,
                 total=round(total, 6),
                 success=success[i],
+                turns=rundir.completion_turns(completion) if self.tools else None,
             ).to_json())
         if self.write and self.run is not None:
             self.run.append_all(rundir.COMPLETIONS, records)
         for hook in self.on_scored:
             hook(self.step, records)
+
+    def _write_tool_faults(self) -> None:
+        """The tools' failed calls while this batch was generated, as tool_fault events at this step."""
+        for tool in self.tools:
+            for fault in tool.drain_events():
+                if self.write and self.run is not None:
+                    self.run.event(rundir.TOOL_FAULT, fault.pop("message"), step=self.step, **fault)
 
     def take_success(self) -> float | None:
         """Mean success since the last call (None when nothing was scored)."""

@@ -24,6 +24,7 @@ from ..config import save as save_config
 from ..errors import UserError
 from ..rundir import RunDir
 from ..tasks import build_reward_set, fill_defaults
+from ..tasks.tools import tools_for
 from . import diagnostics, gate, p_ref, trainer
 from .callbacks import RunDirCallback
 from .held_out_eval import BestCheckpoint, HeldOutEval
@@ -52,7 +53,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     if config.resolved_backend == "unsloth":
         backends.import_unsloth()  # before trl: Unsloth patches it
     train_rows, held_out = data.load_examples(config)
-    tokenizer = backends.load_tokenizer(models.resolve(config.model.name, config.model.gguf_file))  # no model yet
+    # no model yet; a tool task's chat template is chosen and checked here (tasks.tools.prepare_chat_template)
+    tokenizer = backends.load_tokenizer(models.resolve(config.model.name, config.model.gguf_file), config)
     data.check_prompt_lengths(config, tokenizer, train_rows, held_out)  # each prompt fits model.max_seq_length
     checkpoints = os.path.join(config.output_dir, rundir.CHECKPOINTS)
     args = trainer.grpo_args(config, checkpoints, backends.cuda_available(), config.resolved_backend)  # checks grpo.trl
@@ -82,6 +84,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
         train_dataset=Dataset.from_list(train_rows),
         config=config,
         zero_std_filter=zero_std_filter,
+        tools=recorder.tools or None,  # a tool task: TRL's tool-calling loop, the results masked out of the loss
     )
     backends.keep_trainable_fp32(loaded)  # TRL casts LoRA weights of a 4-bit model to bf16; keep them fp32
     callback = RunDirCallback(run, recorder, config, progress=progress)
@@ -137,9 +140,10 @@ def checked_config(config: Config, resume: bool, overwrite: bool) -> Config:
 
 
 def reward_recorder(config: Config) -> RewardRecorder:
-    """The run's rewards, each built once (tasks.build_reward_set); a bad name or file is a UserError naming its entry."""
+    """The run's rewards, each built once (tasks.build_reward_set), and a tool task's tools, checked and
+    sandboxed (tasks.tools.tools_for); a bad name, file or tool is a UserError naming its entry."""
     reward_set = build_reward_set(config.rewards, config.success_reward)
-    return RewardRecorder(None, reward_set.functions, reward_set.weights, reward_set.success)
+    return RewardRecorder(None, reward_set.functions, reward_set.weights, reward_set.success, tools=tools_for(config))
 
 
 def record_reward_files(run: RunDir, config: Config, recorder: RewardRecorder, start_step: int) -> None:
