@@ -274,7 +274,7 @@ def _weighted_quantiles_by_column(values, weights, q):
 MAX_BAND_WIDTH = 0.5  # an 80 % band wider than this says too little: no point forecast
 MAX_MISS = 0.1  # a band further than this from the measured success is contradicted, however few samples
 MISS_Z = 2.0  # ... and so is one that the measured success's Wilson interval at this z does not reach
-CHECK_STEPS = 5  # the measured success beside a forecast: that of the last CHECK_STEPS logged steps
+CHECK_STEPS = 5  # the measured success beside a forecast: that of the last quarter of the steps, at most 5
 TOO_EARLY = "too early to forecast"
 
 
@@ -413,27 +413,45 @@ def logged_band(line: dict) -> Band | None:
     return Band(float(point))
 
 
-def judge_logged(lines: list[dict], counts: dict[int, tuple[int, int]], steps: int = CHECK_STEPS) -> ForecastView | None:
+def recent_steps(logged: int) -> int:
+    """How many of `logged` measured steps make "the last steps": a quarter of them, at least 1, at most
+    CHECK_STEPS. The train summary's success line uses the same window, so the forecast is judged against
+    the number printed beside it."""
+    return max(1, min(CHECK_STEPS, logged // 4))
+
+
+def judge_logged(lines: list[dict], counts: dict[int, tuple[int, int]], steps: int | None = None) -> ForecastView | None:
     """The view of the last logged forecast: metrics lines (step order) beside the measured success.
 
-    at: the last line's forecast; beside: the mean of the forecasts of the last `steps` lines that have
-    one; measured: the completions sampled for those lines (`counts`, from `success_counts`: every trainer
-    step after the line before them, up to the last). None when no line has a forecast.
+    A line's measurement is the completions sampled since the line before it (`counts`, from
+    `success_counts`); a line without any (a step that reuses a batch) is not a measured step.
+    at: the last line's forecast; beside: the mean of the forecasts of the last `steps` measured lines
+    (default `recent_steps` of them); measured: their completions pooled. None when no line has a forecast.
     """
-    logged = [(line["step"], band) for line in lines
-              if isinstance(line.get("step"), int) and (band := logged_band(line)) is not None]
+    counted = sorted(counts.items())
+    logged, measured_lines, i = [], [], 0
+    for line in lines:
+        step, band = line.get("step"), logged_band(line)
+        if not isinstance(step, int) or band is None:
+            continue
+        k = n = 0
+        while i < len(counted) and counted[i][0] <= step:  # the steps since the line before
+            k, n, i = k + counted[i][1][0], n + counted[i][1][1], i + 1
+        logged.append((step, band))
+        if n:
+            measured_lines.append((band, k, n))
     if not logged:
         return None
-    window = logged[-steps:]
-    after = logged[-steps - 1][0] if len(logged) > steps else 0
-    last = window[-1][0]
-    tallies = [counts[s] for s in counts if after < s <= last]
-    measured = MeasuredSuccess(sum(k for k, _ in tallies), sum(n for _, n in tallies)) if tallies else None
-    bands = [band for _, band in window]
+    last, at = logged[-1]
+    if not measured_lines:
+        return judge_forecast(at, step=last)
+    window = measured_lines[-(steps or recent_steps(len(measured_lines))):]
+    measured = MeasuredSuccess(sum(k for _, k, _ in window), sum(n for _, _, n in window))
+    bands = [band for band, _, _ in window]
     beside = Band(*(float(np.mean(values)) for values in zip(*((b.predicted, *b.bounds) for b in bands))))
     if all(b.low is None for b in bands):
         beside = Band(beside.predicted)
-    return judge_forecast(window[-1][1], beside, measured, step=last, window_steps=len(window))
+    return judge_forecast(at, beside, measured, step=last, window_steps=len(window))
 
 
 def _is_number(value) -> bool:

@@ -244,6 +244,13 @@ def test_judged_from_the_logged_lines_and_the_completions_of_the_last_steps():
     assert view.beside.predicted == pytest.approx(0.5) and view.beside.bounds == pytest.approx((0.45, 0.55))
     assert view.shown  # measured 18/32 = 0.5625, Wilson [0.39, 0.72] reaches the band
     assert forecast.judge_logged([{"step": 1, "reward": 0.1}], counts) is None
+    # by default the window is the train summary's: a quarter of the measured lines, at least 1, at most 5
+    assert [forecast.recent_steps(n) for n in (1, 7, 8, 12, 20, 80)] == [1, 1, 2, 3, 5, 5]
+    assert forecast.judge_logged(lines, counts).window_steps == 1
+    # a line whose step reused a batch (no completions since the line before) is not a measured step
+    reused = [*lines, {"step": 7, "success_predicted": 0.7, "success_predicted_low": 0.65, "success_predicted_high": 0.75}]
+    view = forecast.judge_logged(reused, counts, steps=2)
+    assert view.step == 7 and view.at.predicted == 0.7 and view.measured.samples == 32
     point_only = forecast.judge_logged([{"step": 1, "success_predicted": 0.2}], {1: (1, 8)})
     assert point_only.beside == forecast.Band(0.2) and point_only.shown
 
@@ -328,10 +335,11 @@ def test_summary_shows_a_forecast_the_measurement_agrees_with(tmp_path):
     run, metrics = _write_forecast_run(tmp_path, [2, 3, 5, 6])  # measured 16/64 = 0.25 over steps 1-4
     summary = p_ref.forecast_summary(run, metrics)
     assert summary["shown"] and summary["step"] == 4 and (summary["predicted"], summary["low"], summary["high"]) == (0.4, 0.3, 0.6)
-    assert summary["window_steps"] == 4 and summary["window_predicted"] == pytest.approx(0.25)
-    assert summary["window_high"] == pytest.approx(0.375) and summary["measured"] == 0.25
+    # 4 logged steps: "the last steps" are the last one, as in the summary's success line
+    assert summary["window_steps"] == 1 and summary["window_predicted"] == pytest.approx(0.4)
+    assert summary["window_high"] == pytest.approx(0.6) and summary["measured"] == 0.375
     [line] = p_ref.forecast_lines(summary)
-    assert "steps 1-10" in line and "step 4: 0.400 [0.300, 0.600] (80% band)" in line and "measured 0.250" in line
+    assert "steps 1-10" in line and "step 4: 0.400 [0.300, 0.600] (80% band)" in line and "measured 0.375" in line
     assert p_ref.forecast_summary(RunDir.create(str(tmp_path / "kl-run")), [{"step": 1, "reward": 0.1}]) is None
     assert p_ref.forecast_lines(None) == []
 

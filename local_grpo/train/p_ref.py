@@ -193,7 +193,7 @@ class ShownForecast:
     """A metric hook around a predictor's: its values plus `forecast_shown`, whether the forecast may be shown.
 
     The verdict is forecast.judge_logged over the lines logged so far and the success measured on the
-    completions of the last forecast.CHECK_STEPS of them (counted as the recorder scores them; on
+    completions of the last of them (forecast.recent_steps; counted as the recorder scores them; on
     --resume read back from metrics.jsonl and completions.jsonl). The train summary and the studio
     reach the same verdict from the same files.
     """
@@ -211,7 +211,7 @@ class ShownForecast:
 
     def __call__(self, step: int) -> dict:
         values = self.predictor(step)
-        self.lines = [*self.lines[-forecast.CHECK_STEPS:], {"step": step, **values}]
+        self.lines.append({"step": step, **values})
         return {**values, "forecast_shown": forecast.judge_logged(self.lines, self.counts).shown}
 
 
@@ -317,8 +317,9 @@ def forecast_record(fit, band: dict, through: int, params: dict, held_out_prompt
 
 
 def forecast_summary(run, metrics: list[dict]) -> dict | None:
-    """The forecast at the last logged step beside the success measured over the last forecast.CHECK_STEPS
-    lines, and whether it may be shown (forecast.judge_logged: the verdict the last metrics line carries).
+    """The forecast at the last logged step beside the success measured over the last steps (forecast.recent_steps,
+    the summary's window), and whether it may be shown (forecast.judge_logged: the verdict the last metrics
+    line carries).
 
     None when the run logged no forecast (p_ref not measured).
     """

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from threadpoolctl import ThreadpoolController
 
-from .. import backends, data, models, plan, rundir
+from .. import backends, data, forecast, models, plan, rundir
 from ..config import Config, validate
 from ..config import load as load_config
 from ..config import save as save_config
@@ -254,7 +254,7 @@ def step_time_lines(breakdown: dict | None) -> list[str]:
 def summarize(run: RunDir, config: Config, loaded, seconds: float, early_stop: dict | None = None) -> dict:
     """Reward and success at the start vs the end of training, the best checkpoint, and where things are."""
     metrics = [m for m in run.metrics() if "reward" in m]
-    window = max(1, min(5, len(metrics) // 4 or 1))
+    window = forecast.recent_steps(len(metrics))  # the last steps, the same the forecast is judged against
 
     def mean(rows, key):
         values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
