@@ -43,8 +43,10 @@ def register_cli(subparsers) -> None:
     p.set_defaults(func=main)
 
 
-def config_for_args(args) -> tuple[Config, str | None]:
-    """The config and adapter folder named by the flags (--run reads RUN_DIR/config.yaml)."""
+def config_for_args(args) -> tuple[Config, str | None, str | None]:
+    """The config, the adapter folder named by the flags (--run reads RUN_DIR/config.yaml), and with --run
+    the line that says which of the run's adapters that is."""
+    chosen_text = None
     if args.run:
         run = rundir.RunDir.open(args.run)
         config = config_from_args(args, base=run.file(rundir.CONFIG))
@@ -52,7 +54,7 @@ def config_for_args(args) -> tuple[Config, str | None]:
         adapter = chosen["path"]
         if not os.path.isdir(adapter):
             raise UserError(f"--run: {run.path} has no adapter/ folder yet (training not finished?)")
-        notice(f"eval: {chosen['text']}")
+        chosen_text = f"eval: {chosen['text']}"
     else:
         if args.checkpoint:
             raise UserError("--checkpoint: needs --run RUN_DIR (it picks one of the run's adapters)")
@@ -65,7 +67,7 @@ def config_for_args(args) -> tuple[Config, str | None]:
     if adapter is not None and not os.path.isdir(adapter):
         raise UserError(f"--adapter: no such folder: {adapter}")
     config_mod.validate(tasks.fill_defaults(config))
-    return config, adapter
+    return config, adapter, chosen_text
 
 
 def settings_for_args(args, config: Config) -> EvalSettings:
@@ -78,8 +80,10 @@ def settings_for_args(args, config: Config) -> EvalSettings:
 
 
 def main(args) -> int:
-    config, adapter = config_for_args(args)
-    settings = settings_for_args(args, config)
+    config, adapter, chosen_text = config_for_args(args)
+    settings = settings_for_args(args, config).check()  # bad flags are refused before anything else is said
+    if chosen_text:
+        notice(chosen_text)
     with stdout_to_stderr(args.json):  # library prints (Unsloth's loader) must not reach a --json stdout
         base = rundir.RunDir.open(args.run).base_model() if args.run else None  # the base as training loaded it
         result = run_eval(config, adapter, settings, compare=args.compare, progress=True, base=base)
