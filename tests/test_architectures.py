@@ -237,11 +237,18 @@ def test_a_4bit_qwen3_run_exports_merged16(trained_run, tiny_architecture, tmp_p
 
 # --- the whole matrix: slow ---------------------------------------------------------------------
 
-MATRIX = [(arch, quant, stage) for arch in ARCHITECTURES for quant in QUANTS for stage in STAGES]
+# llama.cpp's Phi-3 converter reads a GPT-2 style vocabulary only when tokenizer_config.json says
+# GPT2Tokenizer (as Phi-4-mini's does), else it wants a sentencepiece tokenizer.model; transformers 5.17
+# writes "TokenizersBackend" when export saves the merged model's tokenizer.
+PHI3_GGUF = pytest.mark.xfail(strict=True, reason="export saves Phi-3's tokenizer_class as TokenizersBackend: "
+                                                  "llama.cpp's converter then asks for tokenizer.model")
+MATRIX = [pytest.param(arch, quant, stage, id=f"{arch}-{quant}-{stage}",
+                       marks=[PHI3_GGUF] if (arch, stage) == ("phi3", "gguf") else [])
+          for arch in ARCHITECTURES for quant in QUANTS for stage in STAGES]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch, quant, stage", MATRIX, ids=["-".join(cell) for cell in MATRIX])
+@pytest.mark.parametrize("arch, quant, stage", MATRIX)
 def test_matrix(trained_run, tiny_architecture, arch, quant, stage, tmp_path):
     """Each cell: training two steps, eval (base vs trained), or one export format, checked by reloading it."""
     run = trained_run(arch, quant, 2)
