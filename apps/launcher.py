@@ -37,6 +37,7 @@ class TrainRequest:
     preset: str = ""
     max_steps: int = 40
     overrides: dict[str, object] = field(default_factory=dict)  # config flag name -> value, e.g. {"num-generations": 4}
+    force: bool = False  # --force: past the learnability gate and the memory plan
 
 
 def train_command(request: TrainRequest, runs_root: str) -> list[str]:
@@ -66,6 +67,8 @@ def train_command(request: TrainRequest, runs_root: str) -> list[str]:
             command.append(f"--{flag}" if value else f"--no-{flag}")
         else:
             command += [f"--{flag}", str(value)]
+    if request.force:
+        command.append("--force")
     return command
 
 

@@ -242,7 +242,8 @@ def test_generate_samples_with_a_local_model(client, tiny_model_dir):
 
 def test_train_from_the_app_with_a_live_weight_change(client, runs_root, tiny_model_dir):
     """Start a run (its own process), change a weight while it runs, see the trainer record it."""
-    extras = [4, 8, 12, None, None, None, "", 4, ""]  # num-generations, batch, completion length, ..., lora-r
+    extras = [4, 8, 12, None, None, None, "", 4, "", True]  # num-generations, batch, completion length, ..., lora-r,
+    # then "Train anyway": the random tiny model succeeds on nothing, so the learnability gate would stop it
     message, watch_run, export_runs = client.predict("live", tiny_model_dir, "arithmetic", "",
                                                      "format_soft: 0.5\ncorrect_numeric: 1", "cpu", 3, *extras,
                                                      api_name="/start_training")

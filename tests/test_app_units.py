@@ -265,6 +265,9 @@ def test_train_command_from_the_form(tmp_path):
     assert "--task countdown" in text and "--preset cpu" in text and "--max-steps 3" in text
     assert "--rewards format_soft:0.5,/x/my.py:f:1" in text
     assert "--num-generations 4" in text and "--no-load-in-4bit" in text and "--loss-type" not in text
+    assert "--force" not in command
+    forced = launcher.train_command(launcher.TrainRequest(run_name="r2", force=True), str(tmp_path))
+    assert forced[-1] == "--force"
     with pytest.raises(UserError, match="run name"):
         launcher.train_command(launcher.TrainRequest(run_name="../up"), str(tmp_path))
 
@@ -273,10 +276,11 @@ def test_train_command_is_accepted_by_the_cli_parser(tmp_path):
     from local_grpo.cli import build_parser
 
     request = launcher.TrainRequest(run_name="r1", rewards={"format_soft": 0.5}, preset="cpu", max_steps=3,
-                                    overrides={"num-generations": 4, "learning-rate": 0.001})
+                                    overrides={"num-generations": 4, "learning-rate": 0.001}, force=True)
     command = launcher.train_command(request, str(tmp_path))
     args = build_parser().parse_args(command[command.index("local_grpo.cli") + 1:])
     assert args.command == "train" and args.cfg__num_generations == 4 and args.rewards == "format_soft:0.5"
+    assert args.force
 
 
 def test_form_helpers():

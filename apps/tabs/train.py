@@ -74,6 +74,7 @@ class TrainTab:
     max_steps: gr.Number
     rewards: gr.Textbox
     settings: list[gr.Dropdown | gr.Textbox | gr.Number]  # "More settings", one box per TRAIN_FIELDS flag
+    force: gr.Checkbox  # --force: train although the learnability gate or the memory plan would stop it
     start_btn: gr.Button
     stop_btn: gr.Button
     message: gr.Markdown
@@ -97,13 +98,16 @@ def layout(studio: Studio) -> TrainTab:
     with gr.Accordion("More settings (empty = preset / default)", open=False):
         with gr.Row():
             settings = [_extra_box(flag) for flag in TRAIN_FIELDS if flag in config_mod.override_fields()]
+        force = gr.Checkbox(False, label="Train anyway (--force)",
+                            info="train even when the starting model succeeds on none (or all) of the sampled "
+                                 "completions, or the memory plan says it will not fit")
     with gr.Row():
         start_btn = gr.Button("Start training", variant="primary")
         stop_btn = gr.Button("Stop", variant="stop")
     message = gr.Markdown()
     log = gr.Textbox(label="Console (last lines)", lines=10, max_lines=14, interactive=False)
     return TrainTab(run_name=run_name, model=model, preset=preset, task=task, dataset=dataset, max_steps=max_steps,
-                    rewards=rewards, settings=settings, start_btn=start_btn, stop_btn=stop_btn, message=message,
+                    rewards=rewards, settings=settings, force=force, start_btn=start_btn, stop_btn=stop_btn, message=message,
                     log=log)
 
 
@@ -111,11 +115,12 @@ def wire(studio: Studio, train: TrainTab, watch: WatchTab, export: ExportTab) ->
     """Start and stop; a start also opens the run in Watch and lists it in Export; Watch's timer polls the console."""
 
     @user_errors
-    def start_training(run_name, model, task, dataset, rewards_text, preset, max_steps, *settings):
+    def start_training(run_name, model, task, dataset, rewards_text, preset, max_steps, *settings_then_force):
+        *settings, force = settings_then_force
         request = launcher.TrainRequest(
             run_name=(run_name or "").strip(), model=model, task=task, dataset=(dataset or ""),
             rewards=parse_weights(rewards_text, "rewards"), preset=preset or "", max_steps=int(max_steps or 40),
-            overrides=form_overrides(settings))
+            overrides=form_overrides(settings), force=bool(force))
         run_dir, pid = launcher.start_run(request, studio.runs_root)
         return {train.message: f"Started **{request.run_name}** (pid {pid}) → `{run_dir}`. Open it in **Watch**.",
                 watch.run: request.run_name, export.run: gr.update(choices=studio.run_choices())}
@@ -134,7 +139,7 @@ def wire(studio: Studio, train: TrainTab, watch: WatchTab, export: ExportTab) ->
         return f"[{name}: {state}]\n" + launcher.log_tail(studio.runs_root, name)
 
     form = [train.run_name, train.model, train.task, train.dataset, train.rewards, train.preset, train.max_steps,
-            *train.settings]
+            *train.settings, train.force]
     train.start_btn.click(start_training, form, [train.message, watch.run, export.run], api_name="start_training")
     train.stop_btn.click(stop_training, train.run_name, train.message, api_name="stop_training")
     watch.timer.tick(training_log, train.run_name, train.log, api_name="training_log", show_progress="hidden")
