@@ -335,21 +335,19 @@ class ForecastView:
     window_steps: int = 0
 
     def describe(self) -> str:
-        """One line of plain text: the forecast beside its measurement, or TOO_EARLY with why, the band and
-        the measurement (never the point)."""
+        """One line of plain text: the forecast beside its measurement, or TOO_EARLY with why and the
+        measurement. A quiet forecast prints neither its point nor its band (a band too wide or contradicted
+        by the measurement is no number to read); metrics.jsonl and the studio's plot keep the band."""
         band = f"{round(BAND_LEVEL * 100)}% band"
         where = f"step {self.step}" if self.step is not None else "forecast"
         if self.shown:
             text = f"{where}: {_band_text(self.at)} ({band if self.at.low is not None else 'no band'})"
         else:
             text = f"{TOO_EARLY} ({self.reason})"
-            if self.at.low is not None:
-                text += f"; {band} at {where}: [{self.at.low:.3f}, {self.at.high:.3f}]"
         if self.measured is not None:
             low, high = self.measured.interval()
             window = {0: "beside it", 1: "last step"}.get(self.window_steps, f"last {self.window_steps} steps")
-            beside = (_band_text(self.beside) if self.shown else
-                      f"band [{self.beside.low:.3f}, {self.beside.high:.3f}]" if self.beside.low is not None else "")
+            beside = _band_text(self.beside) if self.shown else ""
             text += (f"; {window}: {beside + ', ' if beside else ''}measured {self.measured.mean:.3f} "
                      f"[{low:.3f}, {high:.3f}] ({self.measured.successes}/{self.measured.samples})")
         return text
