@@ -38,7 +38,7 @@ from typing import Callable
 from . import dynamics
 from .config import Config
 from .errors import UserError
-from .tasks import build_reward_set
+from .tasks import build_reward_set, task_for
 
 DEFAULT_CACHE_DIR = os.path.join("runs", ".reward-check-cache")
 CACHE_VERSION = 1
@@ -342,12 +342,18 @@ def forecast(p_refs: list[float], config: Config) -> dict:
 # --- sampling and the cache ---------------------------------------------------------------
 
 def cache_key(config: Config, rows: list[dict]) -> dict:
-    """What the samples depend on: model, prompts, G, seed and the sampling settings."""
+    """What the samples depend on: model, prompts, G, seed and the sampling settings (and a tool task's tools,
+    chat template and tool rounds)."""
     g = config.grpo
     model = os.path.abspath(config.model.name) if os.path.isdir(config.model.name) else config.model.name
-    return {"version": CACHE_VERSION, "model": model, "gguf_file": config.model.gguf_file, "dtype": config.model.dtype,
-            "prompts": [row["prompt"] for row in rows], "num_generations": g.num_generations, "seed": g.seed,
-            "max_new_tokens": g.max_completion_length, "temperature": g.temperature, "top_p": g.top_p}
+    key = {"version": CACHE_VERSION, "model": model, "gguf_file": config.model.gguf_file, "dtype": config.model.dtype,
+           "prompts": [row["prompt"] for row in rows], "num_generations": g.num_generations, "seed": g.seed,
+           "max_new_tokens": g.max_completion_length, "temperature": g.temperature, "top_p": g.top_p}
+    tools = task_for(config).tools
+    if tools or config.model.chat_template:  # only then, so that the other tasks' cached samples stay valid
+        key.update(chat_template=config.model.chat_template, tools=[fn.__name__ for fn in tools or []],
+                   max_tool_rounds=(g.trl or {}).get("max_tool_calling_iterations"))
+    return key
 
 
 def cache_path(cache_dir: str, key: dict) -> str:
@@ -380,9 +386,11 @@ def write_cache(path: str, key: dict, samples: list[dict], seconds: float) -> No
 
 
 def generate_samples(config: Config, rows: list[dict], progress: Progress | None = None) -> list[dict]:
-    """G sampled completions per row from the base model (no adapter), through generation.generate."""
+    """G sampled completions per row from the base model (no adapter), through generation.generate (a tool task's
+    completions call its tools, as in training)."""
     from . import backends, data
     from .generation import GenerationSettings, generate
+    from .tasks.tools import max_tool_rounds, tools_for
 
     g = config.grpo
     settings = GenerationSettings(samples=g.num_generations, max_new_tokens=g.max_completion_length,
@@ -394,7 +402,7 @@ def generate_samples(config: Config, rows: list[dict], progress: Progress | None
     for batch_index, start in enumerate(range(0, len(rows), per_batch)):
         batch = rows[start:start + per_batch]
         sampled = generate(loaded.model, loaded.tokenizer, [row["prompt"] for row in batch], settings, sample=True,
-                           batch_index=batch_index)
+                           batch_index=batch_index, tools=tools_for(config), max_tool_rounds=max_tool_rounds(config))
         for offset, (row, completions) in enumerate(zip(batch, sampled)):
             samples += [{"group": start + offset, "prompt": row.get("question"), "answer": row.get("answer"),
                          "completion": text, "tokens": tokens} for text, tokens in completions]

@@ -98,6 +98,7 @@ def test_calculator_asks_the_word_problems_with_a_tool():
     rows = calc.examples(200, 3, {})
     assert rows == words.examples(200, 3, {})  # the same problems: word_problems is the control
     assert all(row["question"].endswith("?") and row["answer"].lstrip("-").isdigit() for row in rows)
+    assert all(calculator(row["expression"]) == row["answer"] for row in rows)  # the arithmetic each one asks for
     assert calc.rubric == words.rubric and calc.verifier is words.verifier
     assert calc.rubric.success_reward() == "correct_numeric"
 
@@ -340,3 +341,12 @@ def test_model_chat_template_is_a_file_and_a_flag(tmp_path):
     config.model.chat_template = str(tmp_path / "missing.jinja")
     with pytest.raises(UserError, match=r"^model.chat_template: file not found: .*missing.jinja"):
         prepare_chat_template(object(), config)
+
+
+def test_the_studios_task_dropdowns_offer_the_built_ins_and_take_a_task_file(tmp_path):
+    from apps.studio import build_studio
+
+    ui = build_studio(str(tmp_path / "runs"))
+    for dropdown in (ui.train.task, ui.design.check.task):
+        offered = [choice[0] if isinstance(choice, tuple) else choice for choice in dropdown.choices]
+        assert offered == tasks.builtin_names() and dropdown.allow_custom_value

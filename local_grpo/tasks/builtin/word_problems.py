@@ -1,7 +1,8 @@
 """The word_problems task: one-step arithmetic word problems with multi-digit numbers, solved without tools.
 
 "Sam has 812 books and gives away 357. How many books does Sam have left?" Rows are generated
-(data.task_options: digits, operations); the rubric is correct_numeric plus format_soft at 0.2; the audit
+(data.task_options: digits, operations) and carry the arithmetic they ask for in an `expression` column
+("812 - 357"), which reaches the rewards like any column; the rubric is correct_numeric plus format_soft at 0.2; the audit
 compares the stated integer with the gold exactly. It is the control of the `calculator` task, which asks
 the same problems (the same rows for the same data.seed) with a calculator tool.
 """
@@ -69,7 +70,7 @@ def word_problem_examples(n: int, seed: int, options: dict) -> list[dict]:
         if question in seen:
             continue
         seen.add(question)
-        out.append({"question": question, "answer": str(gold)})
+        out.append({"question": question, "answer": str(gold), "expression": f"{a} {op} {b}"})
     if len(out) < n:
         raise UserError(f"data.num_train: {n} distinct problems requested, only {len(out)} found for these options")
     return out
