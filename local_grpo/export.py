@@ -6,38 +6,50 @@
 Every export is written into a temporary sibling folder, reloaded from disk, and checked by greedy
 decoding on N held-out prompts against the trained model (base + adapter in memory; for GGUF the
 merged model): LoRA and f32 must give the same tokens; 16-bit stores the same first VERIFY_HORIZON
-tokens and the same final answer; quantised GGUF types only report the agreement. The folder is
-renamed into place only after the check passes, so a failed check or an existing target leaves
-nothing half-written. Every model of one export runs on one device (`export_device`: the GPU when a
-float32 copy fits, else the CPU), one at a time. See docs/export.md.
+tokens and the same final answer; q8_0 and q6_k GGUF the first token and the trained model's
+next-token choices (DECISION_AGREEMENT); q5_k_m and q4_k_m GGUF only report. The folder is renamed
+into place only after the check passes; an existing target is never touched before that. A failed
+check removes the folder, except for GGUF, whose files stay (at --out when it did not exist) for
+inspection, and the error says where. Every model of one export runs on one device (`export_device`:
+the GPU when a float32 copy fits, else the CPU), one at a time. See docs/export.md.
 
-GGUF files are written with the `gguf` package (ggml's own GGUFWriter, tensor-name map and
-quantisers) for Llama-architecture models; docs/export.md explains why not another converter.
+GGUF files are written by llama.cpp's own converter and quantizer and checked by running them in
+llama.cpp (`llamacpp`); a `Modelfile` for Ollama is written beside each one.
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import shlex
 import shutil
 import tempfile
 import time
 
-from . import rundir
+from . import llamacpp, rundir
 from .config import Config
 from .config import load as load_config
 from .errors import UserError
 
 FORMATS = ("lora", "merged16", "gguf")
 MERGED_TYPES = ("f16", "bf16")  # --quant for merged16 (default f16)
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0")  # --quant for gguf (default f16)
-EXACT_GGUF_TYPES = ("f32", "f16", "bf16")  # must match the merged model token for token
+GGUF_TYPES = llamacpp.TYPES  # --quant for gguf (default f16)
+EXACT_GGUF_TYPES = ("f32", "f16", "bf16")  # must match the merged model token for token (f32) or to the horizon
+DECISION_GGUF_TYPES = ("q8_0", "q6_k")  # must keep the merged model's next-token choices (rule "decisions")
 CARD = "README.md"
 CURVE = "reward_curve.png"
 
 
 class VerificationError(UserError):
-    """The exported artifact does not reproduce the trained model's greedy tokens."""
+    """The exported artifact does not reproduce the trained model's greedy tokens.
+
+    `result`: the exporter's result when its files are worth keeping for inspection (a GGUF export: the
+    file, its Modelfile); export_run then leaves them in place instead of removing them.
+    """
+
+    def __init__(self, message: str, result: dict | None = None):
+        super().__init__(message)
+        self.result = result
 
 
 def export_run(run_dir: str, fmt: str, out_dir: str, quant: str | None = None, verify_prompts: int = 4,
@@ -71,6 +83,13 @@ def export_run(run_dir: str, fmt: str, out_dir: str, quant: str | None = None, v
         result = {**EXPORTERS[fmt](run, config, tmp, quant, verify_prompts), "checkpoint": chosen}
         write_card(run, config, tmp, fmt, quant, result)
         replace_dir(tmp, out_dir)
+    except VerificationError as failed:
+        if failed.result is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise VerificationError(f"{failed}; nothing was written") from None
+        write_card(run, config, tmp, fmt, quant, {**failed.result, "check_failed": str(failed)})
+        kept = keep_unverified(tmp, out_dir)
+        raise VerificationError(f"{failed}; the unverified files are in {kept}", failed.result) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -117,6 +136,15 @@ def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def keep_unverified(tmp: str, out_dir: str) -> str:
+    """Where the files of a failed check stay: --out when it does not exist (an existing one, even with
+    --overwrite, is never replaced by files that failed), else the temporary folder. Returns the folder."""
+    if os.path.lexists(out_dir):
+        return tmp
+    os.rename(tmp, out_dir)
+    return out_dir
 
 
 def replace_dir(tmp: str, out_dir: str) -> None:
@@ -257,29 +285,117 @@ def export_merged16(run, config, tmp, quant, verify_prompts) -> dict:
 
 
 def export_gguf(run, config, tmp, quant, verify_prompts) -> dict:
-    """Merge, write one GGUF file, reload it with transformers, and compare greedy tokens with the merged model."""
+    """Merge, save the merged model as an HF folder, convert it with llama.cpp's own converter (then its
+    quantizer for k-quants) into one GGUF file with a Modelfile beside it, and check the file in llama.cpp:
+    its greedy tokens against the merged model's (transformers' GGUF reader stands in without llama.cpp)."""
+    import torch
+
+    from .generation import end_token_ids
+
+    in_llama_cpp = llamacpp.runtime_available()
+    if quant in llamacpp.QUANTIZER_TYPES:
+        llamacpp.require_runtime(f"--quant {quant}")
+    llamacpp.converter_dir()  # missing: one line before anything loads
+    trained = load_trained(config, run)
+    tokenizer, device = trained.tokenizer, trained.device
+    merged = merged_model(config, run, trained)
+    want = reference_ids(merged, tokenizer, config, verify_prompts) if verify_prompts else None
+    stop_ids = end_token_ids(merged, tokenizer)
+    filename = f"{gguf_file_stem(config)}-{quant}.gguf"
+    path = os.path.join(tmp, filename)
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix=".merged-", dir=os.path.dirname(tmp)) as hf_folder:
+        merged.to(getattr(torch, GGUF_SOURCE_DTYPES.get(quant, "float16"))).save_pretrained(hf_folder)
+        tokenizer.save_pretrained(hf_folder)
+        merged = None
+        free_memory()
+        llamacpp.plain_byte_level_bpe(hf_folder)
+        if quant in llamacpp.CONVERTER_TYPES:
+            llamacpp.convert(hf_folder, path, quant)
+        else:
+            source = os.path.join(hf_folder, "f16.gguf")
+            llamacpp.convert(hf_folder, source, "f16")
+            llamacpp.quantize(source, path, quant)
+    result: dict = {"file": filename, "convert_seconds": round(time.time() - started, 1)}
+    result["modelfile"] = write_modelfile(tmp, filename, tokenizer, stop_ids, system_prompt(config), path)
+    if not verify_prompts:
+        return result
+    rule = verification_rule("gguf", quant)
+    prompts = verification_prompts(config, verify_prompts)
+    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in prompts]
+    hf_prompt_ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    max_new = config.grpo.max_completion_length
+    if in_llama_cpp:
+        references = want if rule in ("decisions", "report") else None
+        try:
+            ran = llamacpp.greedy(path, texts, stop_ids, max_new, n_ctx=max(map(len, hf_prompt_ids)) + max_new + 8,
+                                  references=references)
+        except llamacpp.LlamaCppError as failed:
+            raise VerificationError(f"export verification failed: the GGUF {quant} file could not run in llama.cpp: "
+                                    f"{failed.detail}", result=result) from None
+        got, file_prompt_ids, picks = ran["completions"], ran["prompt_ids"], ran.get("picks")
+        not_stopping = [int(i) for i, stops in ran["end_of_generation"].items() if not stops]
+        runtime = "llama.cpp"
+    else:
+        got, file_prompt_ids, not_stopping, picks = gguf_in_transformers(tmp, filename, texts, tokenizer, stop_ids,
+                                                                         max_new, device, want)
+        runtime = "transformers' GGUF reader"
+    report = compare_greedy(want, got, final_answers(tokenizer, want), final_answers(tokenizer, got), rule,
+                            picks=picks)
+    report.update({"max_new_tokens": max_new, "runtime": runtime, "in_llama_cpp": in_llama_cpp,
+                   "prompt_ids_match": hf_prompt_ids == file_prompt_ids, "end_tokens_not_stopping": not_stopping})
+    if not in_llama_cpp:
+        report["not_in_llama_cpp"] = f"not run in llama.cpp, which is not installed: install {llamacpp.EXTRA_HINT}"
+    result["verification"] = report
+    problem = gguf_check_problem(report, want, got, hf_prompt_ids, file_prompt_ids, tokenizer)
+    if problem:
+        raise VerificationError(f"export verification failed: the GGUF {quant} file run in {runtime} {problem}",
+                                result=result)
+    return result
+
+
+GGUF_SOURCE_DTYPES = {"f32": "float32", "bf16": "bfloat16"}  # the merged HF folder the converter reads; else float16
+
+
+def gguf_in_transformers(folder: str, filename: str, texts: list[str], tokenizer, stop_ids: list[int], max_new: int,
+                         device: str, references: list[list[int]]):
+    """Without llama.cpp: the GGUF file's greedy ids through transformers' GGUF reader, the prompt ids of the
+    tokenizer it rebuilds from the file, (unknowable here) no end tokens found not to stop, and its
+    teacher-forced picks along `references` (as `llamacpp.greedy` returns them)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from . import gguf_writer
+    from .generation import cut_at_end
 
-    trained = load_trained(config, run)
-    merged = trained.model.merge_and_unload().float()
-    trained.model = None
-    filename = f"{gguf_file_stem(config)}-{quant}.gguf"
-    warnings = gguf_writer.write_gguf(merged, trained.tokenizer, os.path.join(tmp, filename), quant,
-                                      name=os.path.basename(run.path))
-    result: dict = {"file": filename, "warnings": warnings}
-    if verify_prompts:
-        want = reference_ids(merged, trained.tokenizer, config, verify_prompts)
-        merged = None
-        free_memory()
-        reloaded = place(AutoModelForCausalLM.from_pretrained(tmp, gguf_file=filename, dtype=torch.float32), trained.device)
-        result["verification"] = verify(want, reloaded, trained.tokenizer, config, verify_prompts,
-                                        rule=verification_rule("gguf", quant), what=f"the GGUF {quant} file")
-        gguf_tokenizer = AutoTokenizer.from_pretrained(tmp, gguf_file=filename)
-        result["verification"]["tokenizer_match"] = same_prompt_ids(trained.tokenizer, gguf_tokenizer, config, verify_prompts)
-    return result
+    model = place(AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32), device)
+    file_tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+    prompt_ids = [file_tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    got, picks = [], []
+    model_device = next(model.parameters()).device
+    for ids, reference in zip(prompt_ids, references):
+        batch = torch.tensor([ids], device=model_device)
+        with torch.no_grad():
+            out = model.generate(batch, attention_mask=torch.ones_like(batch), max_new_tokens=max_new, do_sample=False,
+                                 temperature=None, top_p=None, top_k=None, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=stop_ids)
+            forced = model(torch.tensor([ids + reference], device=model_device)).logits[0, len(ids) - 1:-1]
+        got.append(cut_at_end(out[0, len(ids):].tolist(), stop_ids))
+        picks.append(forced.argmax(-1).tolist())
+    return got, prompt_ids, [], picks
+
+
+def gguf_check_problem(report: dict, want, got, hf_prompt_ids, file_prompt_ids, tokenizer) -> str | None:
+    """What the GGUF check found wrong, as the end of one sentence; None when it passed."""
+    for i, (a, b) in enumerate(zip(hf_prompt_ids, file_prompt_ids)):
+        if a != b:
+            return (f"tokenizes held-out prompt {i} differently from the trained tokenizer (first difference at "
+                    f"token {matching_prefix(a, b)} of {len(a)})")
+    if report["end_tokens_not_stopping"]:
+        names = ", ".join(tokenizer.convert_ids_to_tokens(report["end_tokens_not_stopping"]))
+        return f"does not end generation at the model's end token(s) {names}"
+    if report["failed"]:
+        return mismatch(report, want, got, "the merged model")
+    return None
 
 
 EXPORTERS = {"lora": export_lora, "merged16": export_merged16, "gguf": export_gguf}
@@ -292,26 +408,112 @@ def gguf_file_stem(config: Config) -> str:
     return f"{name}-grpo"
 
 
+# --- the Ollama Modelfile beside a GGUF ---------------------------------------------------
+
+MODELFILE = "Modelfile"
+SLOTS = {"system": "LOCALGRPOSYSTEMSLOT", "prompt": "LOCALGRPOPROMPTSLOT", "response": "LOCALGRPORESPONSESLOT"}
+PROBE_TURN = ("End your reply with a last line 'Answer: <number>'.", "What is 12 + 35?\nShow your work.")
+
+
+def system_prompt(config: Config) -> str | None:
+    """The system prompt the run's prompts carry (data.system_prompt or the task's), None when they have none."""
+    first = verification_prompts(config, 1)[0]
+    return first[0]["content"] if first and first[0]["role"] == "system" else None
+
+
+def render_chat(tokenizer, system: str | None, user: str, response: str | None = None) -> str:
+    """The chat template's text for one system (optional) + user turn: up to the generation prompt, or with
+    the assistant's `response` and what closes its turn."""
+    messages = ([{"role": "system", "content": system}] if system is not None else []) + [{"role": "user", "content": user}]
+    if response is not None:
+        messages.append({"role": "assistant", "content": response})
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=response is None)
+
+
+def fill_ollama_template(template: str, system: str | None, prompt: str) -> str:
+    """What Ollama feeds the model for one turn of a TEMPLATE this module writes (its text up to {{ .Response }})."""
+    head = template.split("{{ .Response }}", 1)[0]
+    return head.replace("{{ .System }}", system or "").replace("{{ .Prompt }}", prompt)
+
+
+def ollama_template(tokenizer, with_system: bool, strip_bos: bool) -> str | None:
+    """The tokenizer's chat template as an Ollama TEMPLATE for one turn ({{ .System }}, {{ .Prompt }},
+    {{ .Response }} and what closes the turn), found by rendering the chat template around slot strings.
+
+    None when that cannot reproduce the chat template: it fails to render, the slots do not appear once
+    each, or the result filled with another turn (PROBE_TURN) differs from the chat template's own text.
+    `strip_bos`: the runtime adds BOS itself (the GGUF says so), so a leading BOS in the text is dropped.
+    """
+    system = SLOTS["system"] if with_system else None
+    try:
+        text = render_chat(tokenizer, system, SLOTS["prompt"])
+        closed = render_chat(tokenizer, system, SLOTS["prompt"], SLOTS["response"])
+    except Exception:  # a template that refuses this turn (e.g. no system role): no TEMPLATE
+        return None
+    if "{{" in text or text.count(SLOTS["prompt"]) != 1 or (with_system and text.count(SLOTS["system"]) != 1) \
+            or closed.count(SLOTS["response"]) != 1:
+        return None
+
+    def without_bos(rendered: str) -> str:
+        bos = tokenizer.bos_token
+        return rendered[len(bos):] if strip_bos and bos and rendered.startswith(bos) else rendered
+
+    template = (without_bos(text).replace(SLOTS["system"], "{{ .System }}").replace(SLOTS["prompt"], "{{ .Prompt }}")
+                + "{{ .Response }}" + closed.split(SLOTS["response"], 1)[1])
+    probe_system = PROBE_TURN[0] if with_system else None
+    if fill_ollama_template(template, probe_system, PROBE_TURN[1]) != without_bos(render_chat(tokenizer, probe_system, PROBE_TURN[1])):
+        return None
+    return template
+
+
+def write_modelfile(folder: str, filename: str, tokenizer, stop_ids: list[int], system: str | None, gguf_path: str) -> dict:
+    """An Ollama Modelfile beside the GGUF: FROM the file, the chat template as TEMPLATE, the run's system prompt
+    as SYSTEM, and a stop parameter per end token. Returns what it holds (for the card and the result)."""
+    add_bos = llamacpp.file_metadata(gguf_path, ("tokenizer.ggml.add_bos_token",)).get("tokenizer.ggml.add_bos_token")
+    if add_bos is None:  # the key is absent: does the tokenizer put BOS in front by itself?
+        add_bos = tokenizer.bos_token_id is not None and tokenizer("a")["input_ids"][:1] == [tokenizer.bos_token_id]
+    template = ollama_template(tokenizer, with_system=system is not None, strip_bos=bool(add_bos))
+    stops = [tokenizer.convert_ids_to_tokens(i) for i in stop_ids]
+    lines = [f"# Ollama: `ollama create NAME -f {MODELFILE}` in this folder, then `ollama run NAME`.",
+             f"FROM ./{filename}"]
+    if template is not None:
+        lines.append(f'TEMPLATE """{template}"""')
+    if system is not None and '"""' not in system:
+        lines.append(f'SYSTEM """{system}"""')
+    lines += [f'PARAMETER stop "{stop}"' for stop in stops if '"' not in stop]
+    with open(os.path.join(folder, MODELFILE), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return {"file": MODELFILE, "template": template is not None, "system": system, "stops": stops}
+
+
 # --- verification -------------------------------------------------------------------------
 
 VERIFY_HORIZON = 32  # greedy tokens that must agree exactly for 16-bit exports (then the final answer must)
+DECISION_AGREEMENT = 0.9  # share of the trained model's next-token choices a q8_0/q6_k GGUF must make too
 RULES = {
     "exact": "every greedy token of every prompt",
     "horizon": f"the first {VERIFY_HORIZON} greedy tokens of every prompt and its final answer",
+    "decisions": (f"the first greedy token of every prompt, and {DECISION_AGREEMENT:.0%} of the next-token choices "
+                  "along the merged model's own completions"),
     "report": "measured and reported, not required",
 }
 
 
 def verification_rule(fmt: str, quant: str | None) -> str:
-    """How the reloaded export must match: "exact", "horizon" or "report" (see docs/export.md).
+    """How the reloaded export must match: "exact", "horizon", "decisions" or "report" (see docs/export.md).
 
     exact: LoRA (stored as trained) and GGUF f32. horizon: 16-bit stores (merged16 f16/bf16, GGUF
     f16/bf16), whose rounding may flip a near-tie token late in a long completion, which then changes
     everything after it; what they must keep is the start of each completion and its final answer.
-    report: quantised GGUF types.
+    decisions: GGUF q8_0 and q6_k, whose 8- and 6-bit weights flip near-ties early (a weakly trained
+    model's answer digits among them), so free-running completions part within a few tokens; what they
+    must keep is the first token and the trained model's next-token choices given the same context.
+    report: GGUF q5_k_m and q4_k_m, which on a small model change as many choices as dropping the adapter.
     """
     if fmt == "lora" or quant == "f32":
         return "exact"
+    if fmt == "gguf" and quant in DECISION_GGUF_TYPES:
+        return "decisions"
     if fmt == "gguf" and quant not in EXACT_GGUF_TYPES:
         return "report"
     return "horizon"
@@ -362,18 +564,25 @@ def final_answers(tokenizer, sequences: list[list[int]]) -> list[str | None]:
 
 
 def compare_greedy(want: list[list[int]], got: list[list[int]], want_answers: list, got_answers: list,
-                   rule: str, horizon: int = VERIFY_HORIZON) -> dict:
+                   rule: str, horizon: int = VERIFY_HORIZON, picks: list[list[int]] | None = None) -> dict:
     """Agreement of two sets of greedy completions, and whether it passes `rule`.
 
-    "failed" lists the prompts that break the rule: exact, any token differs; horizon, the first
-    `horizon` tokens or the final answer differ; report, none.
+    `picks`: the export's own next-token choice at each position of the reference's completions (teacher
+    forced: given the reference's prefix), when measured; "decision_agreement" is their share equal to the
+    reference's tokens. "failed" lists the prompts that break the rule: exact, any token differs; horizon,
+    the first `horizon` tokens or the final answer differ; decisions, the first token differs, or (when
+    the overall decision agreement is under DECISION_AGREEMENT) the prompt's own is; report, none.
     """
     n = len(want)
     pairs = list(zip(want, got))
     same = [a == b for a, b in pairs]
     same_start = [a[:horizon] == b[:horizon] for a, b in pairs]
     same_answer = [a == b for a, b in zip(want_answers, got_answers)]
-    ok = {"exact": same, "horizon": [s and t for s, t in zip(same_start, same_answer)], "report": [True] * n}[rule]
+    decided = [sum(x == y for x, y in zip(a, p)) for a, p in zip(want, picks)] if picks is not None else None
+    decision_agreement = (round(sum(decided) / max(sum(len(a) for a in want), 1), 4)
+                          if decided is not None else None)
+    ok = {"exact": same, "horizon": [s and t for s, t in zip(same_start, same_answer)], "report": [True] * n,
+          "decisions": decisions_ok(want, got, decided, decision_agreement) if rule == "decisions" else None}[rule]
     prefix = [matching_prefix(a, b) / max(len(a), 1) for a, b in pairs]
 
     def share(flags):
@@ -382,7 +591,17 @@ def compare_greedy(want: list[list[int]], got: list[list[int]], want_answers: li
     return {"prompts": n, "identical": sum(same), "agreement": share(same),
             "token_agreement": round(sum(prefix) / n, 4) if n else None,
             "horizon": horizon, "horizon_agreement": share(same_start), "answer_agreement": share(same_answer),
+            "first_token_agreement": share([a[:1] == b[:1] for a, b in pairs]), "decision_agreement": decision_agreement,
             "rule": rule, "required": rule != "report", "failed": [i for i, good in enumerate(ok) if not good]}
+
+
+def decisions_ok(want, got, decided, decision_agreement) -> list[bool]:
+    """Per prompt, the "decisions" rule: the first token agrees, and when the overall teacher-forced agreement
+    is under DECISION_AGREEMENT, the prompt's own is not (those prompts are the ones named as failed)."""
+    if decided is None:
+        raise ValueError("the decisions rule needs the export's teacher-forced picks")
+    low = decision_agreement < DECISION_AGREEMENT
+    return [a[:1] == b[:1] and not (low and d < DECISION_AGREEMENT * len(a)) for a, b, d in zip(want, got, decided)]
 
 
 def verify(want: list[list[int]], exported, tokenizer, config: Config, count: int, rule: str, what: str) -> dict:
@@ -396,12 +615,17 @@ def verify(want: list[list[int]], exported, tokenizer, config: Config, count: in
     report = compare_greedy(want, got, final_answers(tokenizer, want), final_answers(tokenizer, got), rule)
     report["max_new_tokens"] = max_new
     if report["failed"]:
-        first = report["failed"][0]
-        raise VerificationError(
-            f"export verification failed: {what} does not reproduce the trained model ({RULES[rule]} must agree) on "
-            f"{len(report['failed'])} of {len(prompts)} prompts (first: prompt {first}, token "
-            f"{matching_prefix(want[first], got[first])}); nothing was written")
+        raise VerificationError(f"export verification failed: {what} {mismatch(report, want, got, 'the trained model')}")
     return report
+
+
+def mismatch(report: dict, want: list[list[int]], got: list[list[int]], reference: str) -> str:
+    """The end of the failure sentence for a report whose rule failed: which prompts, where they first differ."""
+    first = report["failed"][0]
+    decisions = report.get("decision_agreement")
+    return (f"does not reproduce {reference} ({RULES[report['rule']]} must agree) on {len(report['failed'])} of "
+            f"{report['prompts']} prompts (first: prompt {first}, token {matching_prefix(want[first], got[first])}"
+            + (f"; next-token choices agree on {decisions:.0%}" if decisions is not None else "") + ")")
 
 
 def matching_prefix(a: list[int], b: list[int]) -> int:
@@ -411,15 +635,6 @@ def matching_prefix(a: list[int], b: list[int]) -> int:
             break
         n += 1
     return n
-
-
-def same_prompt_ids(tokenizer, other, config: Config, count: int) -> bool:
-    """Whether two tokenizers encode the verification prompts to the same ids."""
-    for messages in verification_prompts(config, count):
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        if tokenizer(text, add_special_tokens=False)["input_ids"] != other(text, add_special_tokens=False)["input_ids"]:
-            return False
-    return True
 
 
 # --- model card ---------------------------------------------------------------------------
@@ -477,13 +692,23 @@ def write_card(run, config: Config, folder: str, fmt: str, quant: str | None, re
                      f"tokens as the {'merged' if fmt == 'gguf' else 'trained'} model (agreement {check['agreement']}, "
                      f"token agreement {check['token_agreement']}, up to {check['max_new_tokens']} tokens); "
                      f"first {check['horizon']} tokens agree on {check['horizon_agreement']:.0%}, final answers on "
-                     f"{check['answer_agreement']:.0%}. Required: {RULES[check['rule']]}.")
+                     f"{check['answer_agreement']:.0%}"
+                     + (f", next-token choices along the reference's completions on {check['decision_agreement']:.0%}"
+                        if check.get("decision_agreement") is not None else "")
+                     + f". Required: {RULES[check['rule']]}.")
         if result.get("reference"):
             lines.append(f"Reference: {result['reference']}" + (
                 " (bitsandbytes nf4 weights, computed in float32)" if result["reference"] == REFERENCES[True] else "") + ".")
-    else:
+        if fmt == "gguf":
+            lines += gguf_check_lines(check)
+    elif not result.get("check_failed"):
         lines.append("Not verified (--verify-prompts 0).")
-    lines += ["", "## Load", "```python"] + load_snippet(fmt, result) + ["```", ""]
+    if result.get("check_failed"):
+        lines.append(f"**The check failed; these files are kept for inspection, not for use.** {result['check_failed']}")
+    if fmt == "gguf":
+        lines += ["", "## Run it"] + gguf_run_lines(result)
+    else:
+        lines += ["", "## Load", "```python"] + load_snippet(fmt, result) + ["```", ""]
     with open(os.path.join(folder, CARD), "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines))
 
@@ -525,9 +750,41 @@ def load_snippet(fmt: str, result: dict) -> list[str]:
         return ["from transformers import AutoModelForCausalLM, AutoTokenizer",
                 "model = AutoModelForCausalLM.from_pretrained('THIS_FOLDER')",
                 "tokenizer = AutoTokenizer.from_pretrained('THIS_FOLDER')"]
-    return ["# llama.cpp: llama-cli -m THIS_FOLDER/" + result["file"],
-            "from transformers import AutoModelForCausalLM",
-            f"model = AutoModelForCausalLM.from_pretrained('THIS_FOLDER', gguf_file={result['file']!r})"]
+    raise ValueError(f"no Python load snippet for {fmt}")
+
+
+def gguf_check_lines(check: dict) -> list[str]:
+    """The card's GGUF check: which runtime ran the file, its prompt ids, the end tokens."""
+    lines = [f"Run in {check['runtime']}" + (f" ({check['not_in_llama_cpp']})" if check.get("not_in_llama_cpp") else "")
+             + f"; its tokenizer gives the trained tokenizer's prompt ids: {'yes' if check['prompt_ids_match'] else 'NO'}."]
+    if check["end_tokens_not_stopping"]:
+        lines.append(f"End tokens llama.cpp does not stop at: {check['end_tokens_not_stopping']}.")
+    return lines
+
+
+def gguf_run_lines(result: dict) -> list[str]:
+    """The card's commands for the GGUF: Ollama with the Modelfile, LM Studio, llama-cli, llama-cpp-python."""
+    file, modelfile = result["file"], result["modelfile"]
+    system = modelfile["system"]
+    sys_flag = f" -sys {shlex.quote(system)}" if system else ""
+    system_message = f"{{'role': 'system', 'content': {system!r}}}, " if system else ""
+    lines = [f"`{modelfile['file']}` holds " + ("the chat template as Ollama's TEMPLATE, " if modelfile["template"] else
+                                               "no TEMPLATE (the chat template could not be written as one: Ollama "
+                                               "falls back to the template stored in the GGUF), ")
+             + ("the run's system prompt, " if system else "") + "and the stop tokens "
+             + ", ".join(f"`{stop}`" for stop in modelfile["stops"]) + ".",
+             "", "```bash",
+             "cd THIS_FOLDER",
+             f"ollama create my-grpo-model -f {modelfile['file']} && ollama run my-grpo-model",
+             f"llama-cli -m {file}{sys_flag} -p 'What is 12 + 35?' -st --temp 0  # llama.cpp: the chat template is in the file",
+             f"lms import {file}  # LM Studio reads the chat template from the file",
+             "```", "", "```python",
+             "from llama_cpp import Llama  # pip install llama-cpp-python",
+             f"llm = Llama('THIS_FOLDER/{file}', n_ctx=2048, verbose=False)",
+             f"reply = llm.create_chat_completion([{system_message}{{'role': 'user', 'content': 'What is 12 + 35?'}}], temperature=0)",
+             "print(reply['choices'][0]['message']['content'])",
+             "```", ""]
+    return lines
 
 
 def fmt_num(value) -> str:

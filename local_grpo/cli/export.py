@@ -37,10 +37,13 @@ def main(args) -> int:
     print(f"  from {result['checkpoint']['text']}")
     if check:
         print(f"  verified: {check['identical']}/{check['prompts']} prompts give the same greedy tokens "
-              f"(token agreement {check['token_agreement']}, final answers {check['answer_agreement']}); "
-              f"required: {RULES[check['rule']]}")
-        if "tokenizer_match" in check:
-            print(f"  GGUF tokenizer encodes the prompts identically: {check['tokenizer_match']}")
-    for warning in result.get("warnings") or []:
-        print(f"  warning: {warning}", file=sys.stderr)
+              f"(token agreement {check['token_agreement']}, final answers {check['answer_agreement']}"
+              + (f", next-token choices {check['decision_agreement']}" if check.get("decision_agreement") is not None else "")
+              + f"); required: {RULES[check['rule']]}")
+        if "runtime" in check:
+            print(f"  run in {check['runtime']}; same prompt ids as the trained tokenizer: {check['prompt_ids_match']}")
+            if check.get("not_in_llama_cpp"):
+                print(f"  note: {check['not_in_llama_cpp']}", file=sys.stderr)
+    if result.get("modelfile"):
+        print(f"  Ollama: cd {result['path']} && ollama create NAME -f {result['modelfile']['file']}")
     return 0
