@@ -766,7 +766,8 @@ def gguf_run_lines(result: dict) -> list[str]:
     """The card's commands for the GGUF: Ollama with the Modelfile, LM Studio, llama-cli, llama-cpp-python."""
     file, modelfile = result["file"], result["modelfile"]
     system = modelfile["system"]
-    sys_flag = f" -sys {shlex.quote(system)}" if system else ""
+    quoted = f'"{system}"' if system and not set(system) & set('"$`\\!') else shlex.quote(system or "")
+    sys_flag = f" -sys {quoted}" if system else ""
     system_message = f"{{'role': 'system', 'content': {system!r}}}, " if system else ""
     lines = [f"`{modelfile['file']}` holds " + ("the chat template as Ollama's TEMPLATE, " if modelfile["template"] else
                                                "no TEMPLATE (the chat template could not be written as one: Ollama "
