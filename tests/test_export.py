@@ -125,33 +125,13 @@ def test_cli_json_prints_one_object(tiny_run, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def smollm2_run(tmp_path_factory) -> str:
     """A run directory for the embedded SmolLM2 with a small non-zero LoRA adapter built directly with peft."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from export_runs import run_config, write_adapter
 
-    from local_grpo import config as config_mod
-    from local_grpo import models, tasks
+    from local_grpo import models
 
-    path = models.resolve("embedded")
     run_dir = tmp_path_factory.mktemp("smollm2") / "run"
-    config = config_mod.Config()
-    config.backend, config.output_dir = "hf", str(run_dir)
-    config.data.num_train, config.data.num_heldout = 8, 2
-    config.grpo.max_completion_length = 16
-
-    config = tasks.fill_defaults(config)
-    os.makedirs(run_dir / "adapter")
-    config_mod.save(config, str(run_dir / "config.yaml"))
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
-                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(std=0.02)  # B = 0 would make the adapter a no-op
-    model.save_pretrained(str(run_dir / "adapter"))
-    AutoTokenizer.from_pretrained(path).save_pretrained(str(run_dir / "adapter"))
-    return str(run_dir)
+    run_config(run_dir, models.resolve("embedded"), heldout=2, max_completion=16, model_name="embedded")
+    return write_adapter(run_dir, models.resolve("embedded"), lora_std=0.02, seed=0)
 
 
 @pytest.mark.e2e
