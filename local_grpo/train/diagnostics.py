@@ -26,6 +26,7 @@ This module reads metrics and writes events; it does not change training.
 
 from __future__ import annotations
 
+from .. import forecast
 from ..rundir import BEST_ADAPTER, event_category
 
 NO_SIGNAL_STREAK = 3
@@ -46,8 +47,9 @@ def _mean(values):
 
 
 def _window(rows):
-    """First and last window of steps (each at most WINDOW and a quarter of the run, at least 1)."""
-    w = max(1, min(WINDOW, len(rows) // 4))
+    """First and last window of steps: forecast.recent_steps of them (a quarter of the run, at least 1, at
+    most 5), the window the train summary's reward and success lines use too."""
+    w = forecast.recent_steps(len(rows))
     return rows[:w], rows[-w:]
 
 
