@@ -453,9 +453,7 @@ def load_for_inference(config: Config, adapter_dir: str | None = None, device: s
             compute_4bit_in(model, compute_dtype(config, on_cuda))
             if dequantize:
                 model = dequantize_4bit(model, compute_dtype(config, on_cuda))
-        from transformers import AutoTokenizer
-
-        tokenizer = prepare_tokenizer(_from_pretrained(AutoTokenizer, tokenizer_source), config)
+        tokenizer = load_tokenizer(tokenizer_source, config)
         if adapter_dir is not None:
             from peft import PeftModel
 
