@@ -119,7 +119,7 @@ def inference_config(config: Config) -> Config:
     """The run's config for export: HF backend, float32 arithmetic. The base itself is what training loaded
     (RUN_DIR/base_model.json): a 4-bit base stays 4-bit, so the reference is the model as trained and evaluated."""
     config = copy.deepcopy(config)
-    config.backend = "hf"
+    config.backend = config.resolved_backend = "hf"  # settled here: a copied resolution must not outvote it
     config.model.dtype = "float32"
     return config
 
