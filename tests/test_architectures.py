@@ -215,13 +215,13 @@ def test_each_family_trains_one_step(trained_run, tiny_architecture, arch):
     check_trained(trained_run(arch, "fp32", 1), 1, tiny_architecture(arch))
 
 
-@needs_converter
 Q8_0_SEEN_FAILING = pytest.mark.xfail(
     strict=False, reason="seen failing the q8_0 check in llama.cpp on a 2-core AMX Xeon (2026-12-03): tiny random "
     "llama3 agreed on 88% of next-token choices (rule: 90%), gemma3 on 12%; open question whether it is random-weight "
     "near-ties / the local llama.cpp build or a conversion fault (see the session note)")
 
 
+@needs_converter
 @pytest.mark.parametrize("arch", ("qwen2", "qwen3", pytest.param("llama3", marks=Q8_0_SEEN_FAILING),
                                   pytest.param("gemma3", marks=Q8_0_SEEN_FAILING)))  # Phi-3's in the matrix
 def test_each_family_exports_a_q8_0_gguf(trained_run, arch, tmp_path):
