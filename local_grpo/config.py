@@ -26,6 +26,7 @@ SCALE_REWARDS = ("group", "batch", "none")
 KL_MODES = ("none", "ref", "mirror", "both")
 ANSWER_FORMATS = ("plain", "gsm8k")
 VLLM_MODES = ("colocate", "server")
+PROMPT_SAMPLING = ("uniform", "difficulty")
 LORA_ALL_LINEAR = "all-linear"  # PEFT's (and Unsloth's) shorthand for every linear layer but the output head
 
 
@@ -128,6 +129,17 @@ class GRPOSettings:
     vllm_server_port: int = _f(8000, "vllm_mode=server: port of the `trl vllm-serve` process.")
     vllm_gpu_memory_utilization: float = _f(0.5, "use_vllm on this GPU (Unsloth, or vllm_mode colocate): share of the GPU's memory vLLM reserves for its weights and KV cache; `plan` counts it.")
     filter_zero_std: bool = _f(False, "Skip prompts whose groups were all-right or all-wrong on recent visits.")
+    prompt_sampling: str = _f("uniform", "How training prompts are drawn: uniform (TRL's shuffled order) or "
+                                         "difficulty (by each prompt's estimated success, updated every step, so "
+                                         "that groups have signal; docs/dynamics.md).")
+    resample_all_fail: int = _f(0, "DAPO's dynamic sampling: when a prompt's whole group failed, sample it again "
+                                   "up to this many times in the same step and train on a group that has a "
+                                   "success instead; 0 = off.")
+    hints: bool = _f(False, "For a task whose rows carry a worked solution: a prompt whose last group all failed "
+                            "is shown the first part of that solution as a hint; the loss covers only the "
+                            "model's own tokens.")
+    max_minutes: float = _f(0.0, "Stop training after this many minutes (checked after each logged step); "
+                                 "0 = no time limit. For comparisons at equal wall time.")
     audit: bool = _f(False, "Re-check the best completions with an independent verifier each step.")
     p_ref_samples: int = _f(4, "Completions sampled per held-out prompt at the start of a run to measure p_ref (the starting model's success) for success_predicted; 0 = off.")
     p_ref_prompts: int = _f(8, "Held-out prompts used to measure p_ref at the start of a run; 0 = off.")
@@ -463,6 +475,14 @@ def _validate_grpo(g: GRPOSettings, max_seq_length: int) -> None:
     if g.early_stop_evals and not g.eval_steps:
         raise UserError(f"grpo.early_stop_evals: {g.early_stop_evals} needs grpo.eval_steps > 0 (the held-out evals "
                         "it counts), e.g. --eval-steps 10")
+    _one_of("grpo.prompt_sampling", g.prompt_sampling, PROMPT_SAMPLING)
+    if g.prompt_sampling != "uniform" and g.filter_zero_std:
+        raise UserError("grpo.prompt_sampling: difficulty already steers away from all-right and all-wrong prompts; "
+                        "turn grpo.filter_zero_std off")
+    if g.resample_all_fail < 0:
+        raise UserError(f"grpo.resample_all_fail: must be >= 0 (0 = off), got {g.resample_all_fail}")
+    if g.max_minutes < 0:
+        raise UserError(f"grpo.max_minutes: must be >= 0 (0 = no time limit), got {g.max_minutes}")
     if g.warmup_steps < 0:
         raise UserError(f"grpo.warmup_steps: must be >= 0, got {g.warmup_steps}")
     if g.max_grad_norm <= 0:

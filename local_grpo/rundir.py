@@ -96,11 +96,13 @@ class CompletionRecord:
     total: float  # the weighted sum of the scores that are not None
     success: int  # 1 when the success reward scored >= rewards.SUCCESS_THRESHOLD
     turns: list | None = None  # a tool task's completion turn by turn (`completion_turns`); absent otherwise
+    row: int | None = None  # the prompt's index in the training rows (training batches); absent otherwise
 
     def to_json(self) -> dict:
         record = dataclasses.asdict(self)
-        if record["turns"] is None:
-            del record["turns"]
+        for optional in ("turns", "row"):
+            if record[optional] is None:
+                del record[optional]
         return record
 
 

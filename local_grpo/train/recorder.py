@@ -22,6 +22,7 @@ class _Batch:
     prompts: list = field(default_factory=list)
     completions: list = field(default_factory=list)
     answers: list = field(default_factory=list)
+    rows: list = field(default_factory=list)  # each completion's training-row index (the dataset's `row` column)
     scores: dict = field(default_factory=dict)
 
 
@@ -65,7 +66,8 @@ class RewardRecorder:
     def _wrap(self, index: int, fn):
         def reward(completions, **kwargs):
             if index == 0:
-                self.batch = _Batch(kwargs.get("prompts") or [], completions, kwargs.get("answer") or [])
+                self.batch = _Batch(kwargs.get("prompts") or [], completions, kwargs.get("answer") or [],
+                                    kwargs.get("row") or [])
                 state = kwargs.get("trainer_state")
                 self.step = (state.global_step + 1) if state is not None else self.step + 1
             scores = fn(completions, **kwargs)
@@ -129,6 +131,7 @@ class RewardRecorder:
                 total=round(total, 6),
                 success=success[i],
                 turns=rundir.completion_turns(completion) if self.tools else None,
+                row=int(self.batch.rows[i]) if i < len(self.batch.rows) else None,
             ).to_json())
         if self.write and self.run is not None:
             self.run.append_all(rundir.COMPLETIONS, records)

@@ -76,14 +76,22 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
 
         zero_std_filter = ZeroStdFilter(run, train_rows)
         recorder.on_scored.append(zero_std_filter)
+    prompt_stats = None
+    if remedies_on(config):  # per-prompt success for prompt_sampling difficulty, resample_all_fail and hints
+        from .prompt_stats import PromptStats
+
+        prompt_stats = PromptStats(len(train_rows), prior_mean=(measured or {}).get("mean"))
+        recorder.on_scored.append(prompt_stats)
     grpo_trainer = trainer.trainer_class(loaded.trainer_class)(
         model=loaded.model,
         processing_class=loaded.tokenizer,
         reward_funcs=recorder.wrapped(),
         args=args,
-        train_dataset=Dataset.from_list(train_rows),
+        # `row`: each prompt's index, which TRL hands the rewards and the recorder keeps (CompletionRecord.row)
+        train_dataset=Dataset.from_list([{**r, "row": i} for i, r in enumerate(train_rows)]),
         config=config,
         zero_std_filter=zero_std_filter,
+        prompt_stats=prompt_stats,
         tools=recorder.tools or None,  # a tool task: TRL's tool-calling loop, the results masked out of the loss
     )
     backends.keep_trainable_fp32(loaded)  # TRL casts LoRA weights of a 4-bit model to bf16; keep them fp32
@@ -93,6 +101,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
         grpo_trainer.add_callback(extra)
     if measured:  # success_predicted: the paper's recurrence, or for kl none a forecast fitted to the first steps
         p_ref.attach_prediction(run, config, measured, recorder, callback)
+    if config.grpo.max_minutes:
+        callback.stop_checks.append(time_limit(config.grpo.max_minutes))
     if config.grpo.eval_steps:
         attach_held_out_eval(run, config, callback, grpo_trainer.model, loaded.tokenizer, held_out)
     if config.grpo.audit:
@@ -234,9 +244,28 @@ def check_scale_out(config: Config) -> None:
     if backends.world_size() > 1:
         if config.grpo.filter_zero_std:  # each rank sees only its own completions, so ranks would retire different prompts
             raise UserError("grpo.filter_zero_std: works in single-process runs only; turn it off for multi-process training")
+        for name in ("prompt_sampling", "resample_all_fail", "hints"):  # per-prompt statistics are per rank
+            if getattr(config.grpo, name) not in ("uniform", 0, False):
+                raise UserError(f"grpo.{name}: works in single-process runs only; leave it off for multi-process training")
         if config.grpo.eval_steps:  # generating on one rank would stall sharded (ZeRO-3) models
             raise UserError("grpo.eval_steps: works in single-process runs only; set it to 0 for multi-process "
                             "training and run `local-grpo eval` afterwards")
+
+
+def remedies_on(config: Config) -> bool:
+    """Whether any remedy that reads per-prompt success is on (train/prompt_stats.py)."""
+    g = config.grpo
+    return g.prompt_sampling != "uniform" or g.resample_all_fail > 0 or g.hints
+
+
+def time_limit(minutes: float):
+    """A RunDirCallback stop check: the reason to stop once `minutes` of training have passed (grpo.max_minutes)."""
+    deadline = time.time() + 60.0 * minutes
+
+    def check() -> str | None:
+        return f"grpo.max_minutes: {minutes:g} minutes of training reached" if time.time() >= deadline else None
+
+    return check
 
 
 # --- summary ------------------------------------------------------------------------------

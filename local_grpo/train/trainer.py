@@ -6,7 +6,10 @@ changes one of them. Our trainer is `LocalGRPOHooks` mixed in front of the backe
 (TRL's own, or the one Unsloth swaps into `trl` at import), and it extends TRL only through these
 overrides:
 
-    _get_train_sampler                  grpo.filter_zero_std: TRL's RepeatSampler, retired prompts skipped
+    _get_train_sampler                  grpo.filter_zero_std: TRL's RepeatSampler, retired prompts skipped;
+                                        grpo.prompt_sampling difficulty: prompts drawn by estimated success
+    _generate_and_score_completions     grpo.hints (a worked solution's start for prompts that all failed) and
+                                        grpo.resample_all_fail (DAPO's dynamic sampling of all-fail groups)
     _get_per_token_logps_and_entropies  grpo.kl mirror|both: keeps the grad-enabled policy log-probs ...
     _compute_loss                       ... and adds β·KL(π‖π_old) to TRL's loss (train/kl.py has the maths)
     set_reward_weights                  live weights from control.json (TRL's `reward_weights` tensor)
@@ -33,6 +36,7 @@ TRL_VERSION_CHECKED = "1.15.0"
 # name -> the parameters we rely on, in order, of the TRL 1.15 GRPOTrainer methods we override
 HOOKED_METHODS = {
     "_get_train_sampler": ("self", "dataset"),
+    "_generate_and_score_completions": ("self", "inputs"),
     "_get_per_token_logps_and_entropies": ("self", "model", "input_ids", "attention_mask", "logits_to_keep",
                                            "batch_size", "compute_entropy", "compute_aux_loss"),  # leading params
     "_compute_loss": ("self", "model", "inputs"),
@@ -51,13 +55,16 @@ def trainer_class(base_class):
 
 class LocalGRPOHooks:
     """The GRPOTrainer overrides listed in HOOKED_METHODS. Construct with the usual GRPOTrainer
-    arguments plus `config` (our Config) and, for grpo.filter_zero_std, `zero_std_filter`."""
+    arguments plus `config` (our Config), for grpo.filter_zero_std `zero_std_filter`, and for the remedies
+    that read per-prompt success (prompt_sampling, resample_all_fail, hints) `prompt_stats`."""
 
-    def __init__(self, *args, config: Config, zero_std_filter=None, **kwargs):
+    def __init__(self, *args, config: Config, zero_std_filter=None, prompt_stats=None, **kwargs):
         if kwargs["args"].use_cpu:
             install_cpu_logprob()
         super().__init__(*args, **kwargs)
         self.zero_std_filter = zero_std_filter
+        self.prompt_stats = prompt_stats
+        self.remedies = config.grpo
         g, kl = config.grpo, config.kl_mode
         self.mirror_beta = g.beta * ((1.0 - g.kl_alpha) if kl == "both" else 1.0) if kl in ("mirror", "both") else 0.0
         if kl == "both":  # grpo_args passed the full β so TRL loads the reference; its term carries α·β
@@ -93,12 +100,27 @@ class LocalGRPOHooks:
             return super()._calculate_rewards(*args, **kwargs)
 
     def _get_train_sampler(self, dataset=None):
+        from .difficulty import DifficultySampler
         from .filtering import SkipRetiredSampler
 
         sampler = super()._get_train_sampler(dataset)
+        if self.remedies.prompt_sampling == "difficulty":
+            return DifficultySampler(sampler, self.prompt_stats, seed=self.args.seed)
         if self.zero_std_filter is None:
             return sampler
         return SkipRetiredSampler(sampler, self.zero_std_filter.retired)
+
+    def _generate_and_score_completions(self, inputs):
+        if self.remedies.hints:
+            from .hints import with_hints
+
+            inputs = with_hints(inputs, self.prompt_stats)
+        output = super()._generate_and_score_completions(inputs)
+        if self.remedies.resample_all_fail:
+            from .resample import resample_all_fail
+
+            output = resample_all_fail(self, inputs, output, super()._generate_and_score_completions)
+        return output
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         import torch
