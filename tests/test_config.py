@@ -131,3 +131,21 @@ def test_a_task_flag_replaces_the_config_files_dataset_and_not_a_dataset_flag(tm
     assert config_from_args(parser.parse_args([*command, "--config", str(path)])).data.dataset == "train.jsonl"
     with pytest.raises(UserError, match="^--task: give --task or --dataset, not both"):
         config_from_args(parser.parse_args([*command, "--task", "countdown", "--dataset", "x.jsonl"]))
+
+
+def test_train_task_options_flag_and_a_new_task_drops_the_files_options(tmp_path):
+    from local_grpo.cli.common import config_from_args
+    from local_grpo.cli.main import build_parser
+
+    path = tmp_path / "quick.yaml"
+    path.write_text("data:\n  task: arithmetic\n  task_options: {digits: 2, operations: ['+']}\n")
+    parser = build_parser()
+    same = config_from_args(parser.parse_args(["train", "--config", str(path), "--task", "arithmetic"]))
+    assert same.data.task_options == {"digits": 2, "operations": ["+"]}
+    other = config_from_args(parser.parse_args(["train", "--config", str(path), "--task", "word_problems"]))
+    assert (other.data.task, other.data.task_options) == ("word_problems", {})
+    given = config_from_args(parser.parse_args(["train", "--config", str(path), "--task", "word_problems",
+                                                "--task-options", '{"digits": 3}']))
+    assert given.data.task_options == {"digits": 3}
+    with pytest.raises(UserError, match="^--task-options: not valid JSON"):
+        config_from_args(parser.parse_args(["train", "--config", str(path), "--task-options", "{digits"]))

@@ -51,12 +51,15 @@ def config_from_args(args, base: str | None = None) -> config_mod.Config:
     if preset:
         data = apply_preset(preset, data, source="--preset" if getattr(args, "preset", None) else source)
     config = config_mod.from_dict(data, source=source)
+    task_before = config.data.task
     overrides = {k[5:].replace("_", "-"): v for k, v in vars(args).items() if k.startswith("cfg__")}
     config_mod.apply_overrides(config, overrides)
     if getattr(args, "cfg__task", None):
         if getattr(args, "cfg__dataset", None):
             raise UserError("--task: give --task or --dataset, not both")
         config.data.dataset = None  # the flag names a built-in task instead of the config file's (or run's) dataset
+        if config.data.task != task_before:  # the file's options were another task's
+            config.data.task_options = {}
     if getattr(args, "backend", None):
         config.backend = args.backend
     if getattr(args, "output", None):

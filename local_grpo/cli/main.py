@@ -49,6 +49,8 @@ def add_train_command(sub) -> None:
     p.add_argument("--trl", action="append", metavar="KEY=VALUE", default=None,
                    help="any other field of TRL's GRPOConfig (grpo.trl), e.g. --trl importance_sampling_level=sequence; "
                         "repeatable; values are read as YAML (0.28, true, [a, b])")
+    p.add_argument("--task-options", help="data.task_options as JSON, e.g. '{\"digits\": 3}' for arithmetic "
+                   "(a --task naming another task than the config's starts from no options)")
     add_config_flags(p)
     p.set_defaults(func=run_train)
 
