@@ -25,7 +25,7 @@ from ..errors import UserError
 from ..rundir import RunDir
 from ..tasks import build_reward_set, fill_defaults
 from ..tasks.tools import tools_for
-from . import diagnostics, gate, p_ref, trainer
+from . import diagnostics, gate, hints, p_ref, trainer
 from .callbacks import RunDirCallback
 from .held_out_eval import BestCheckpoint, HeldOutEval
 from .recorder import RewardRecorder
@@ -55,7 +55,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     train_rows, held_out = data.load_examples(config)
     # no model yet; a tool task's chat template is chosen and checked here (tasks.tools.prepare_chat_template)
     tokenizer = backends.load_tokenizer(models.resolve(config.model.name, config.model.gguf_file), config)
-    data.check_prompt_lengths(config, tokenizer, train_rows, held_out)  # each prompt fits model.max_seq_length
+    data.check_prompt_lengths(config, tokenizer, hints.longest_prompts(train_rows) if config.grpo.hints else train_rows,
+                              held_out)  # each prompt fits model.max_seq_length (with its hint: grpo.hints)
     checkpoints = os.path.join(config.output_dir, rundir.CHECKPOINTS)
     args = trainer.grpo_args(config, checkpoints, backends.cuda_available(), config.resolved_backend)  # checks grpo.trl
     run, checkpoint = open_run(config, resume=resume, overwrite=overwrite)
@@ -145,6 +146,7 @@ def checked_config(config: Config, resume: bool, overwrite: bool) -> Config:
         RunDir.check_new(config.output_dir, overwrite)
     backends.resolve_backend(config)  # the run's one resolution (config.yaml keeps the request, e.g. auto)
     check_scale_out(config)
+    hints.check_config(config)  # grpo.hints needs a task with worked solutions
     models.check_name(config.model.name, config.model.gguf_file)
     return config
 
@@ -244,26 +246,28 @@ def check_scale_out(config: Config) -> None:
     if backends.world_size() > 1:
         if config.grpo.filter_zero_std:  # each rank sees only its own completions, so ranks would retire different prompts
             raise UserError("grpo.filter_zero_std: works in single-process runs only; turn it off for multi-process training")
-        for name in ("prompt_sampling", "resample_all_fail", "hints"):  # per-prompt statistics are per rank
-            if getattr(config.grpo, name) not in ("uniform", 0, False):
-                raise UserError(f"grpo.{name}: works in single-process runs only; leave it off for multi-process training")
+        if remedies := remedies_on(config):  # per-prompt statistics are per rank
+            raise UserError(f"grpo.{remedies[0]}: works in single-process runs only; leave it off for multi-process "
+                            "training")
         if config.grpo.eval_steps:  # generating on one rank would stall sharded (ZeRO-3) models
             raise UserError("grpo.eval_steps: works in single-process runs only; set it to 0 for multi-process "
                             "training and run `local-grpo eval` afterwards")
 
 
-def remedies_on(config: Config) -> bool:
-    """Whether any remedy that reads per-prompt success is on (train/prompt_stats.py)."""
+def remedies_on(config: Config) -> list[str]:
+    """The grpo fields of the remedies that read per-prompt success (train/prompt_stats.py) that are on."""
     g = config.grpo
-    return g.prompt_sampling != "uniform" or g.resample_all_fail > 0 or g.hints
+    on = {"prompt_sampling": g.prompt_sampling != "uniform", "resample_all_fail": g.resample_all_fail > 0,
+          "hints": g.hints}
+    return [name for name, active in on.items() if active]
 
 
 def time_limit(minutes: float):
     """A RunDirCallback stop check: the reason to stop once `minutes` of training have passed (grpo.max_minutes)."""
-    deadline = time.time() + 60.0 * minutes
+    deadline = time.monotonic() + 60.0 * minutes  # monotonic: a clock change neither ends nor extends the run
 
     def check() -> str | None:
-        return f"grpo.max_minutes: {minutes:g} minutes of training reached" if time.time() >= deadline else None
+        return f"grpo.max_minutes: {minutes:g} minutes of training reached" if time.monotonic() >= deadline else None
 
     return check
 
