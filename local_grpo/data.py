@@ -3,7 +3,8 @@
 The task (local_grpo.tasks: a built-in, the dataset task of data.dataset, or a user's task file) says
 where its rows come from and how a row becomes a prompt; this module reads local files, folders and hub
 datasets, shuffles and splits. Every example becomes `{"prompt": [system, user messages], "question": str, "answer": str, ...}`
-(extra columns such as countdown's `numbers` pass through to the rewards). Bad files and
+(extra columns such as countdown's `numbers` pass through to the rewards; a gsm8k-format answer's
+rationale becomes the `solution` column, the worked solution grpo.hints reads). Bad files and
 columns give one-line UserErrors naming the file, line or column.
 """
 
@@ -22,6 +23,7 @@ from .tasks import Source, Task, task_for
 MAX_LINE_CHARS = 1_000_000
 GSM8K_HUB_ID = "openai/gsm8k"
 _GSM8K_GOLD = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+_GSM8K_ANNOTATION = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations inside its rationales
 
 
 def load_examples(config: Config) -> tuple[list[dict], list[dict]]:
@@ -73,6 +75,9 @@ def rows_from_source(source: Source, split: str) -> list[dict]:
         if gold is None:
             raise UserError(f"data: {path} row {i + 1}: no '#### <number>' in column {answer_col!r}")
         extra = {k: v for k, v in item.items() if k not in (question_col, answer_col, "prompt")}
+        solution = worked_solution(str(answer), source.answer_format)
+        if solution and not extra.get("solution"):
+            extra["solution"] = solution
         rows.append({**extra, "question": question, "answer": gold})
     return rows
 
@@ -83,6 +88,15 @@ def extract_gold(answer: str, answer_format: str) -> str | None:
         match = _GSM8K_GOLD.search(answer)
         return match.group(1).replace(",", "") if match else None
     return answer.strip()
+
+
+def worked_solution(answer: str, answer_format: str) -> str | None:
+    """The worked solution in an answer: for gsm8k the rationale before '####', its calculator annotations
+    (`<<48/2=24>>`) removed, one step a line; None for a plain answer, which is only the gold."""
+    if answer_format != "gsm8k":
+        return None
+    rationale = _GSM8K_ANNOTATION.sub("", answer.split("####", 1)[0])
+    return "\n".join(line.strip() for line in rationale.splitlines() if line.strip()) or None
 
 
 def read_table(source: str, split: str = "train", field: str = "--dataset") -> list[dict]:

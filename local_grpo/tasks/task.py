@@ -121,6 +121,8 @@ class Task:
       source(data_config) -> Source (a table that data.py reads, shuffles with data.seed and truncates).
     tools: plain Python functions the model may call (a later change hands them to TRL's
     `GRPOTrainer(tools=...)`); None for a single-turn task.
+    solutions: whether its rows carry a worked solution, as text in a `solution` column (grpo.hints shows
+    a prompt whose group all failed the solution's start; train/hints.py).
     """
 
     name: str
@@ -133,6 +135,7 @@ class Task:
     user_turn: Callable[[dict], str] = question_turn
     description: str = ""
     tools: list[Callable] | None = None
+    solutions: bool = False
 
     def __post_init__(self):
         if (self.examples is None) == (self.source is None):

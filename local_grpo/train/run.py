@@ -25,7 +25,7 @@ from ..errors import UserError
 from ..rundir import RunDir
 from ..tasks import build_reward_set, fill_defaults
 from ..tasks.tools import tools_for
-from . import diagnostics, gate, p_ref, trainer
+from . import diagnostics, gate, hints, p_ref, trainer
 from .callbacks import RunDirCallback
 from .held_out_eval import BestCheckpoint, HeldOutEval
 from .recorder import RewardRecorder
@@ -55,7 +55,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False, progres
     train_rows, held_out = data.load_examples(config)
     # no model yet; a tool task's chat template is chosen and checked here (tasks.tools.prepare_chat_template)
     tokenizer = backends.load_tokenizer(models.resolve(config.model.name, config.model.gguf_file), config)
-    data.check_prompt_lengths(config, tokenizer, train_rows, held_out)  # each prompt fits model.max_seq_length
+    data.check_prompt_lengths(config, tokenizer, hints.longest_prompts(train_rows) if config.grpo.hints else train_rows,
+                              held_out)  # each prompt fits model.max_seq_length (with its hint: grpo.hints)
     checkpoints = os.path.join(config.output_dir, rundir.CHECKPOINTS)
     args = trainer.grpo_args(config, checkpoints, backends.cuda_available(), config.resolved_backend)  # checks grpo.trl
     run, checkpoint = open_run(config, resume=resume, overwrite=overwrite)
@@ -145,6 +146,7 @@ def checked_config(config: Config, resume: bool, overwrite: bool) -> Config:
         RunDir.check_new(config.output_dir, overwrite)
     backends.resolve_backend(config)  # the run's one resolution (config.yaml keeps the request, e.g. auto)
     check_scale_out(config)
+    hints.check_config(config)  # grpo.hints needs a task with worked solutions
     models.check_name(config.model.name, config.model.gguf_file)
     return config
 

@@ -114,7 +114,8 @@ class LocalGRPOHooks:
         if self.remedies.hints:
             from .hints import with_hints
 
-            inputs = with_hints(inputs, self.prompt_stats)
+            inputs, hinted = with_hints(inputs, self.prompt_stats)
+            self._metrics["train"]["hints/prompts_hinted"].append(float(hinted))
         output = super()._generate_and_score_completions(inputs)
         if self.remedies.resample_all_fail:
             from .resample import resample_all_fail

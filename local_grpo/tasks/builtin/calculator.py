@@ -79,4 +79,5 @@ task = Task(
     rubric=ANSWER_LINE_RUBRIC,
     verifier=INTEGER_ANSWER,
     tools=[calculator],
+    solutions=True,
 )

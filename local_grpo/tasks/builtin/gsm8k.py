@@ -2,7 +2,8 @@
 
 GSM8K ships inside the package (local_grpo/datasets/gsm8k, MIT, its LICENSE beside it), so the task works
 offline; `data.task_options.path` names another file or folder, or the hub id `openai/gsm8k`. The gold is
-the number after '####'. The audit judges with math-verify on the tasks' own parser.
+the number after '####'; the rationale before it becomes the rows' worked `solution` (data.py reads it),
+which grpo.hints shows. The audit judges with math-verify on the tasks' own parser.
 """
 
 from __future__ import annotations
@@ -43,4 +44,5 @@ task = Task(
     parse_answer=stated_answer,
     rubric=ANSWER_LINE_RUBRIC,
     verifier=MATH_VERIFY,
+    solutions=True,
 )

@@ -2,7 +2,8 @@
 
 "Sam has 812 books and gives away 357. How many books does Sam have left?" Rows are generated
 (data.task_options: digits, operations) and carry the arithmetic they ask for in an `expression` column
-("812 - 357"), which reaches the rewards like any column; the rubric is correct_numeric plus format_soft at 0.2; the audit
+("812 - 357"), which reaches the rewards like any column, and a worked solution in a `solution` column
+(the arithmetic a place value at a time, one step a line, for grpo.hints); the rubric is correct_numeric plus format_soft at 0.2; the audit
 compares the stated integer with the gold exactly. It is the control of the `calculator` task, which asks
 the same problems (the same rows for the same data.seed) with a calculator tool.
 """
@@ -49,6 +50,42 @@ def operands(op: str, digits: int, rng: random.Random) -> tuple[int, int, int]:
     return b * quotient, b, quotient
 
 
+def place_parts(number: int) -> list[int]:
+    """`number` split by place value, largest first, zero places left out: 357 -> [300, 50, 7]."""
+    digits = str(number)
+    return [int(d) * 10 ** (len(digits) - 1 - i) for i, d in enumerate(digits) if d != "0"]
+
+
+def worked_solution(op: str, a: int, b: int, gold: int) -> str:
+    """The arithmetic of `a op b` a place value at a time, one step a line; the last line states the result.
+
+    + and -: b's places added or taken one by one; *: a times each place of b, then the sum; /: long
+    division, the quotient's places found one by one."""
+    steps: list[str] = []
+    if op in "+-":
+        parts, value = place_parts(b), a
+        if len(parts) > 1:
+            steps.append(f"Split {b} into {', '.join(map(str, parts[:-1]))} and {parts[-1]}.")
+            for part in parts:
+                steps.append(f"{value} {op} {part} = {value + part if op == '+' else value - part}.")
+                value = value + part if op == "+" else value - part
+    elif op == "*":
+        parts = place_parts(b)
+        if len(parts) > 1:
+            steps.append(f"Split {b} into {', '.join(map(str, parts[:-1]))} and {parts[-1]}.")
+            steps += [f"{a} * {part} = {a * part}." for part in parts]
+            steps.append(f"{' + '.join(str(a * part) for part in parts)} = {gold}.")
+    else:
+        parts, rest = place_parts(gold), a
+        steps.append(f"Divide {a} by {b} a place at a time.")
+        for part in parts:
+            steps.append(f"{b} * {part} = {b * part}, leaving {rest} - {b * part} = {rest - b * part}.")
+            rest -= b * part
+        if len(parts) > 1:
+            return "\n".join(steps + [f"{' + '.join(map(str, parts))} = {gold}, so {a} / {b} = {gold}."])
+    return "\n".join(steps + [f"{a} {op} {b} = {gold}."])
+
+
 def word_problem_examples(n: int, seed: int, options: dict) -> list[dict]:
     """`n` distinct problems with integer answers. options: digits (2..6, default 3), operations (default + - * /)."""
     digits = int(options.get("digits", 3))
@@ -70,7 +107,8 @@ def word_problem_examples(n: int, seed: int, options: dict) -> list[dict]:
         if question in seen:
             continue
         seen.add(question)
-        out.append({"question": question, "answer": str(gold), "expression": f"{a} {op} {b}"})
+        out.append({"question": question, "answer": str(gold), "expression": f"{a} {op} {b}",
+                    "solution": worked_solution(op, a, b, gold)})
     if len(out) < n:
         raise UserError(f"data.num_train: {n} distinct problems requested, only {len(out)} found for these options")
     return out
@@ -85,4 +123,5 @@ task = Task(
     parse_answer=integer_answer,
     rubric=ANSWER_LINE_RUBRIC,
     verifier=INTEGER_ANSWER,
+    solutions=True,
 )
