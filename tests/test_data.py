@@ -27,6 +27,11 @@ def test_arithmetic_options():
     for row in rows:
         expr = row["question"].removeprefix("What is ").removesuffix("?").replace("×", "*")
         assert eval(expr) == int(row["answer"])
+        steps = row["solution"].splitlines()  # products first, then left to right: two steps for 3 operands
+        assert len(steps) == 2 and steps[-1].endswith(f"= {row['answer']}.")
+        for step in steps:
+            left, right = step.removesuffix(".").split(" = ")
+            assert eval(left.replace("×", "*")) == int(right)
 
 
 def test_countdown_targets_are_reachable():

@@ -128,11 +128,11 @@ def test_longest_prompts_hint_every_row_with_a_solution():
 
 def test_hints_on_a_task_without_solutions_is_refused_before_the_model_loads(tmp_path):
     config = make_tiny_config(str(tmp_path / "no-such-model"), str(tmp_path / "run"))  # loading it would fail
-    config.data.task, config.grpo.hints = "arithmetic", True
+    config.data.task, config.grpo.hints = "countdown", True
     with pytest.raises(UserError) as error:
         train.train(config, progress=False)
     message = str(error.value)
-    assert message.startswith("grpo.hints:") and "'arithmetic'" in message and "\n" not in message
+    assert message.startswith("grpo.hints:") and "'countdown'" in message and "\n" not in message
     assert "word_problems" in message and not (tmp_path / "run").exists()
 
 

@@ -1,7 +1,8 @@
 """The arithmetic task: seeded problems like 'What is 47 + 38?' with integer answers.
 
-Rows are generated (data.task_options: digits, operations, operands); the rubric is correct_numeric plus
-format_soft at 0.2; the audit compares the stated integer with the gold exactly.
+Rows are generated (data.task_options: digits, operations, operands), each with a worked solution (one
+operation a line, products first; grpo.hints); the rubric is correct_numeric plus format_soft at 0.2; the
+audit compares the stated integer with the gold exactly.
 """
 
 from __future__ import annotations
@@ -48,14 +49,27 @@ def arithmetic_examples(n: int, seed: int, options: dict) -> list[dict]:
         if text in seen:
             continue
         seen.add(text)
-        value = nums[0]
-        if "*" in ops and any(o != "*" for o in ops):
-            value = eval(text.replace("×", "*"))  # noqa: S307 - our own digits and operators only
-        else:
-            for op, num in zip(ops, nums[1:]):
-                value = _OPS[op](value, num)
-        out.append({"question": f"What is {text}?", "answer": str(value)})
+        value, steps = worked_steps(nums, ops)
+        out.append({"question": f"What is {text}?", "answer": str(value), "solution": "\n".join(steps)})
     return out
+
+
+def worked_steps(nums: list[int], ops: list[str]) -> tuple[int, list[str]]:
+    """The value of `nums[0] ops[0] nums[1] ...` (× before + and -) and its steps, one operation a line."""
+    steps = []
+    terms, term_ops = [nums[0]], []  # products first
+    for op, num in zip(ops, nums[1:]):
+        if op == "*":
+            steps.append(f"{terms[-1]} {_OP_WORDS[op]} {num} = {terms[-1] * num}.")
+            terms[-1] *= num
+        else:
+            terms.append(num)
+            term_ops.append(op)
+    value = terms[0]
+    for op, num in zip(term_ops, terms[1:]):  # then left to right
+        steps.append(f"{value} {op} {num} = {_OPS[op](value, num)}.")
+        value = _OPS[op](value, num)
+    return value, steps
 
 
 task = Task(
@@ -66,4 +80,5 @@ task = Task(
     parse_answer=integer_answer,
     rubric=ANSWER_LINE_RUBRIC,
     verifier=INTEGER_ANSWER,
+    solutions=True,
 )
