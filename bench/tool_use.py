@@ -50,23 +50,8 @@ def parse_args() -> argparse.Namespace:
 
 def train_side(args) -> None:
     """Train one task for --minutes of wall time into --run."""
-    from transformers import TrainerCallback
-
     from local_grpo import config as config_mod
     from local_grpo import train
-
-    class WallClock(TrainerCallback):
-        """Stop after the step during which `seconds` of training have passed."""
-
-        def __init__(self, seconds: float):
-            self.seconds, self.started = seconds, None
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.started = time.time()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if time.time() - self.started >= self.seconds:
-                control.should_training_stop = True
 
     config = config_mod.load(os.path.join(REPO, "configs", "cpu-quickstart.yaml"))
     config.data.task, config.data.task_options, config.data.system_prompt = args.side, {}, None
@@ -74,13 +59,14 @@ def train_side(args) -> None:
     g = config.grpo
     g.max_completion_length, g.max_steps, g.lr_scheduler_type, g.seed = args.max_completion_length, 500, "constant", args.seed
     g.save_steps = 1000  # the adapter is saved at the end
+    g.max_minutes = args.minutes  # the same training wall time for both tasks
     # 16 completions a step as the quickstart's, in micro-batches of 4: the calculator's ~390-token sequences
     # at 16 a micro-batch held ~10 GB of activations and were killed for memory on a shared 23 GB machine
     g.per_device_train_batch_size, g.gradient_accumulation_steps = 4, 4
     g.p_ref_prompts = 0  # the base is measured by eval --compare; the time goes to training
     config.output_dir = args.run
     # force: the learnability gate would stop both tasks (the base solves none) before the measurement
-    train.train(config, progress=False, force=True, callbacks=[WallClock(args.minutes * 60)])
+    train.train(config, progress=False, force=True)
 
 
 def tool_calls(record: dict) -> int:
