@@ -111,7 +111,7 @@ class LocalGRPOHooks:
         return SkipRetiredSampler(sampler, self.zero_std_filter.retired)
 
     def _generate_and_score_completions(self, inputs):
-        if self.remedies.hints:
+        if self.remedies.hints and self.model.training:  # an eval batch measures the prompts as they are
             from .hints import with_hints
 
             inputs, hinted = with_hints(inputs, self.prompt_stats)
