@@ -10,6 +10,8 @@ step count) and --force (the learnability gate would stop these tasks: that is t
     difficulty   grpo.prompt_sampling difficulty: prompts drawn by their posterior E[p(1-p)]
     resample     grpo.resample_all_fail 2: DAPO's dynamic sampling of all-fail groups
     hints        grpo.hints: the start of the worked solution for prompts whose last group all failed
+    cap96        grpo.max_completion_length 96 instead of 32: the gate's cap advice (both tasks had 84-88 %
+                 of the p_ref completions cut at 32 tokens)
 
 Then each arm's final adapter is scored by `local-grpo eval --run RUN --samples 0` (held-out greedy
 pass@1 on the run's 40 held-out prompts; the plain arm with --compare, which also scores the base).
@@ -46,6 +48,7 @@ ARMS = {
     "difficulty": ["--prompt-sampling", "difficulty"],
     "resample": ["--resample-all-fail", "2"],
     "hints": ["--hints"],
+    "cap96": ["--max-completion-length", "96"],
 }
 
 
@@ -116,8 +119,13 @@ def side_by_side_json(commands: list[list[str]], outs: list[str]) -> None:
 
 def held_out(eval_json: dict, side: str = "trained") -> float | None:
     """Held-out greedy pass@1 from `local-grpo eval --json` (with --compare: per side)."""
-    result = eval_json.get(side, eval_json) if "trained" in eval_json else eval_json
-    value = result.get("pass@1_greedy", result.get("pass@1"))
+    if side in eval_json:  # --compare: {"base": {...}, "trained": {...}}
+        result = eval_json[side]
+    elif side == "trained":  # one model: {"metrics": {...}}
+        result = eval_json.get("metrics", {})
+    else:
+        return None
+    value = result.get("pass@1_greedy")
     return None if value is None else float(value)
 
 
@@ -152,7 +160,7 @@ def arm_row(path: str) -> dict | None:
             "train_success_last_quarter": success(set(steps[-quarter:])),
             "groups": len(groups), "groups_with_signal": with_signal,
             "held_out": held_out(evaluated) if evaluated else None,
-            "base_held_out": held_out(evaluated, "base") if "base" in evaluated else None,
+            "base_held_out": held_out(evaluated, "base"),
             "stopped": (summary.get("early_stop") or {}).get("reason")}
 
 

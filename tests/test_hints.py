@@ -13,7 +13,7 @@ from local_grpo import data, tasks, train
 from local_grpo.config import Config
 from local_grpo.errors import UserError
 from local_grpo.rundir import RunDir
-from local_grpo.train.hints import HINT_PREFIX, hint_text, longest_prompts, with_hints
+from local_grpo.train.hints import HINT_PREFIX, HINT_WHEN, hint_text, longest_prompts, with_hints
 from local_grpo.train.prompt_stats import PromptStats
 
 
@@ -71,20 +71,25 @@ def test_word_problem_solutions_work_the_arithmetic_to_the_gold():
 # --- the hint -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("task", ["gsm8k", "word_problems"])
-def test_hints_only_failed_rows_and_never_the_answer_line(task):
+def test_hints_the_rows_likely_to_fail_and_never_the_answer_line(task):
     rows = task_rows(task)
     before = copy.deepcopy(rows)
     batch = [{**row, "row": i} for i, row in enumerate(rows)]
     failed, succeeded = set(range(0, 40, 3)), set(range(1, 40, 3))  # the rest were never scored
-    stats = stats_after(rows, {**{i: 0 for i in failed}, **{i: 2 for i in succeeded}})
+    stats = stats_after(rows, {**{i: 0 for i in failed}, **{i: 3 for i in succeeded}})
     batch_before = copy.deepcopy(batch)
+    # prior mean 0.05 (no p_ref): a group of 4 fails whole with chance 0.88 when unseen, more after 0 of 4,
+    # 0.11 after 3 of 4
+    likely = {i for i in range(40) if i not in succeeded}
+    assert all(stats.chance_all_fail(i, 4) >= HINT_WHEN for i in likely)
+    assert all(stats.chance_all_fail(i, 4) < 0.2 for i in succeeded)
 
-    hinted, count = with_hints(batch, stats)
+    hinted, count = with_hints(batch, stats, 4)
 
-    assert count == len(failed)
+    assert count == len(likely)
     assert batch == batch_before and rows == before  # nothing changed in place
     for i, (original, out) in enumerate(zip(batch, hinted)):
-        if i not in failed:
+        if i not in likely:
             assert out is original
             continue
         assert out["prompt"][:-1] == original["prompt"][:-1]  # the system prompt as it was
@@ -112,9 +117,10 @@ def test_a_prompt_repeated_for_its_group_counts_once_and_rows_without_solution_s
     rows = task_rows("word_problems", 4)
     batch = [{**row, "row": i} for i, row in enumerate(rows) for _ in range(4)]  # TRL: each prompt num_generations times
     batch[12:16] = [{**r, "solution": ""} for r in batch[12:16]]  # row 3: nothing to hint from
-    hinted, count = with_hints(batch, stats_after(rows, {0: 0, 1: 1, 3: 0}))
-    assert count == 1
-    assert [HINT_PREFIX.strip() in r["prompt"][-1]["content"] for r in hinted] == [True] * 4 + [False] * 12
+    hinted, count = with_hints(batch, stats_after(rows, {0: 0, 1: 3, 3: 0}), 4)  # row 2 never scored
+    assert count == 2
+    assert [HINT_PREFIX.strip() in r["prompt"][-1]["content"] for r in hinted] == [True] * 4 + [False] * 4 + \
+        [True] * 4 + [False] * 4
 
 
 def test_longest_prompts_hint_every_row_with_a_solution():
@@ -136,12 +142,12 @@ def test_hints_on_a_task_without_solutions_is_refused_before_the_model_loads(tmp
     assert "word_problems" in message and not (tmp_path / "run").exists()
 
 
-def test_a_two_step_run_hints_the_prompts_whose_first_group_failed(tiny_model_dir, tmp_path, one_torch_thread):
+def test_a_two_step_run_hints_the_prompts_likely_to_fail(tiny_model_dir, tmp_path, one_torch_thread):
     config = make_tiny_config(tiny_model_dir, str(tmp_path / "run"), steps=2, save_steps=2)
     config.data.task, config.grpo.hints = "word_problems", True
     config.model.max_seq_length = 512  # the hinted prompt is measured too, and the tiny tokenizer is wordy
     config.data.num_train = 2  # 8 completions a step of 4 each: both prompts every step
-    config.grpo.p_ref_samples = 0
+    config.grpo.p_ref_samples = 0  # no p_ref: the prior's mean is PRIOR_MEAN
     train.train(config, progress=False)
 
     run = RunDir.open(config.output_dir)
@@ -149,10 +155,15 @@ def test_a_two_step_run_hints_the_prompts_whose_first_group_failed(tiny_model_di
     first = [r for r in records if r["step"] == 1]
     second = [r for r in records if r["step"] == 2]
     assert first and second and all("row" in r for r in records)
-    assert not any("Hint:" in r["prompt"] for r in first)
-    failed = {row for row in {r["row"] for r in first} if not any(r["success"] for r in first if r["row"] == row)}
-    assert failed, "the tiny random model should fail its first groups"
+    size = config.grpo.num_generations
+    # step 1: unseen prompts at the prior's mean 0.05 fail as a group of 4 with chance 0.88: both hinted
+    assert PromptStats(2).chance_all_fail(0, size) >= HINT_WHEN
+    assert all("Hint: the solution begins:" in r["prompt"] for r in first)
+    # step 2: hinted again exactly where step 1's outcome leaves a whole-group failure likely
+    after = PromptStats(2)
+    after(1, first)
+    likely = {row for row in {r["row"] for r in second} if after.chance_all_fail(row, size) >= HINT_WHEN}
     for r in second:
-        assert ("Hint: the solution begins:" in r["prompt"]) == (r["row"] in failed)
+        assert ("Hint: the solution begins:" in r["prompt"]) == (r["row"] in likely)
     hinted = [m.get("hints/prompts_hinted") for m in run.metrics()]
-    assert hinted == [0.0, float(len(failed & {r["row"] for r in second}))]
+    assert hinted == [float(len({r["row"] for r in first})), float(len(likely))]

@@ -259,3 +259,10 @@ def test_max_minutes_stops_training_after_the_first_step(tiny_model_dir, tmp_pat
     assert [m["step"] for m in run.metrics()] == [1]
     assert [e["step"] for e in run.events() if e.get("kind") == "early_stop"] == [1]
     assert os.path.isfile(os.path.join(run.adapter_dir, "adapter_config.json"))
+
+
+def test_chance_all_fail_is_the_beta_moment():
+    stats = PromptStats(1, prior_mean=0.5)  # Beta(1, 1): E[(1 - p)^n] = 1 / (n + 1)
+    assert [round(stats.chance_all_fail(0, n), 12) for n in (0, 1, 4, 8)] == [1.0, 0.5, 0.2, round(1 / 9, 12)]
+    stats(1, [{"row": 0, "success": s} for s in (1, 1, 0, 0)])  # Beta(3, 3): (3·4)/(6·7) for n = 2
+    assert abs(stats.chance_all_fail(0, 2) - 12 / 42) < 1e-12

@@ -1,11 +1,17 @@
 """Hints from worked solutions (grpo.hints): a prompt whose whole group failed sees the start of its solution.
 
 A group whose completions all fail has equal rewards and gives GRPO no gradient. When the task's rows
-carry a worked solution (Task.solutions: a `solution` column, one step a line), the next time such a
-prompt is drawn its user turn ends with the solution's first steps, so that some completions can
-succeed and the group has signal again; once a hinted group has a success, the prompt goes back to its
-plain form. The idea is "Learning to Hint for Reinforcement Learning" (2025), with a fixed share of
-the solution instead of a learned hinter.
+carry a worked solution (Task.solutions: a `solution` column, one step a line), a prompt whose group is
+more likely than not to fail as a whole (prompt_stats.PromptStats.chance_all_fail >= HINT_WHEN: its
+beta posterior, which starts at the measured p_ref, so at a p_ref near 0 an unseen prompt is hinted
+too) is drawn with its user turn ending in the solution's first steps, so that some completions can
+succeed and the group has signal again; once its successes make a whole-group failure unlikely, the
+prompt goes back to its plain form. The idea is "Learning to Hint for Reinforcement Learning" (2025),
+with a fixed share of the solution instead of a learned hinter.
+
+The first rule hinted only prompts whose own last group had failed: with 2 prompts a step drawn from
+about 2000, no prompt came back within a 25-step run, and it hinted nothing (bench/remedies.py,
+word_problems).
 
 The loss covers only completion tokens: TRL never trains on prompt tokens, so the hint conditions the
 model's own tokens and is not itself learned. The recorder keeps the prompt's last user turn, so
@@ -19,6 +25,7 @@ from ..errors import UserError
 from ..tasks import builtin_names, get_task, task_for
 
 HINT_FRACTION = 0.5  # share of a solution's words a hint shows, in whole steps (lines)
+HINT_WHEN = 0.5  # hint a prompt when its group of num_generations fails as a whole with at least this chance
 HINT_PREFIX = "\n\nHint: the solution begins: "
 
 
@@ -74,17 +81,20 @@ def longest_prompts(rows: list[dict]) -> list[dict]:
     return [hinted_row(row) or row for row in rows]
 
 
-def with_hints(inputs: list[dict], prompt_stats) -> tuple[list[dict], int]:
+def with_hints(inputs: list[dict], prompt_stats, num_generations: int) -> tuple[list[dict], int]:
     """(the generation batch's rows, how many distinct prompts were hinted).
 
-    A row whose prompt's last group failed (prompt_stats.last_group_failed of its `row` column) and that
-    has a non-empty `solution` becomes a hinted copy (`hinted_row`); every other row is the same object.
-    The rows given are never changed.
+    A row whose group of `num_generations` is likely to fail as a whole (prompt_stats.chance_all_fail of
+    its `row` column >= HINT_WHEN) and that has a non-empty `solution` becomes a hinted copy
+    (`hinted_row`); every other row is the same object. The rows given are never changed.
     """
-    rows, hinted = [], set()
+    rows, hinted, chance = [], set(), {}
     for row in inputs:
         index = row.get("row")
-        hinted_copy = hinted_row(row) if index is not None and prompt_stats.last_group_failed(int(index)) else None
+        if index is not None and int(index) not in chance:
+            chance[int(index)] = prompt_stats.chance_all_fail(int(index), num_generations)
+        likely_to_fail = index is not None and chance[int(index)] >= HINT_WHEN
+        hinted_copy = hinted_row(row) if likely_to_fail else None
         rows.append(hinted_copy or row)
         if hinted_copy is not None:
             hinted.add(int(index))

@@ -50,6 +50,14 @@ class PromptStats:
         a, b = self.posterior(row)
         return a / (a + b)
 
+    def chance_all_fail(self, row: int, completions: int) -> float:
+        """E[(1 - p)^n] under the prompt's posterior: the chance that a group of n completions has no success."""
+        a, b = self.posterior(row)
+        chance = 1.0
+        for i in range(completions):
+            chance *= (b + i) / (a + b + i)
+        return chance
+
     def last_group_failed(self, row: int) -> bool:
         """True when the prompt's latest group had no success (False when it was never scored)."""
         latest = self.latest.get(row)

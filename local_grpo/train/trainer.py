@@ -114,7 +114,7 @@ class LocalGRPOHooks:
         if self.remedies.hints and self.model.training:  # an eval batch measures the prompts as they are
             from .hints import with_hints
 
-            inputs, hinted = with_hints(inputs, self.prompt_stats)
+            inputs, hinted = with_hints(inputs, self.prompt_stats, self.num_generations)
             self._metrics["train"]["hints/prompts_hinted"].append(float(hinted))
         output = super()._generate_and_score_completions(inputs)
         if self.remedies.resample_all_fail:
