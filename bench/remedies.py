@@ -12,6 +12,10 @@ step count) and --force (the learnability gate would stop these tasks: that is t
     hints        grpo.hints: the start of the worked solution for prompts whose last group all failed
     cap96        grpo.max_completion_length 96 instead of 32: the gate's cap advice (both tasks had 84-88 %
                  of the p_ref completions cut at 32 tokens)
+    hints_v1     grpo.hints under its first rule (only prompts whose own last group failed; before commit
+                 dae97e4): kept in the table, it hinted no prompt
+    plain_rerun  the plain recipe again, for an arm measured in a later sitting (--together): its reference
+                 at that sitting's load
 
 Then each arm's final adapter is scored by `local-grpo eval --run RUN --samples 0` (held-out greedy
 pass@1 on the run's 40 held-out prompts; the plain arm with --compare, which also scores the base).
@@ -49,6 +53,8 @@ ARMS = {
     "resample": ["--resample-all-fail", "2"],
     "hints": ["--hints"],
     "cap96": ["--max-completion-length", "96"],
+    "plain_rerun": [],
+    "hints_v1": ["--hints"],  # the code before dae97e4; running it now runs the current rule
 }
 
 
@@ -61,6 +67,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--work", default="/tmp/remedies")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "remedies.json"))
     parser.add_argument("--analyze-only", action="store_true", help="read the runs in --work; train nothing")
+    parser.add_argument("--together", action="store_true",
+                        help="train every task x seed x arm of this call side by side (default: one task and seed at a time)")
     return parser.parse_args()
 
 
@@ -87,20 +95,21 @@ def side_by_side(commands: list[list[str]], logs: list[str]) -> list[int]:
 
 
 def train_and_eval(args) -> None:
-    for task in args.tasks:
-        for seed in args.seeds:
-            dirs = {arm: run_dir(args.work, task, seed, arm) for arm in args.arms}
-            todo = [arm for arm in args.arms if not os.path.exists(os.path.join(dirs[arm], "summary.json"))]
-            if todo:
-                for arm in todo:
-                    os.makedirs(os.path.dirname(dirs[arm]), exist_ok=True)
-                codes = side_by_side([train_command(task, seed, arm, args.minutes, dirs[arm]) for arm in todo],
-                                     [dirs[arm] + ".train.log" for arm in todo])
-                print(f"{task} seed {seed}: trained {dict(zip(todo, codes))}", flush=True)
-            evals = [arm for arm in args.arms if not os.path.exists(dirs[arm] + ".eval.json")]
-            commands = [[sys.executable, "-m", "local_grpo.cli", "eval", "--run", dirs[arm], "--samples", "0",
-                         "--json", *(["--compare"] if arm == "plain" else [])] for arm in evals]
-            side_by_side_json(commands, [dirs[arm] + ".eval.json" for arm in evals])
+    combos = [(task, seed, arm) for task in args.tasks for seed in args.seeds for arm in args.arms]
+    batches = [combos] if args.together else [[c for c in combos if c[:2] == (task, seed)]
+                                              for task in args.tasks for seed in args.seeds]
+    for batch in batches:
+        todo = [c for c in batch if not os.path.exists(os.path.join(run_dir(args.work, *c), "summary.json"))]
+        if todo:
+            for combo in todo:
+                os.makedirs(os.path.dirname(run_dir(args.work, *combo)), exist_ok=True)
+            codes = side_by_side([train_command(task, seed, arm, args.minutes, run_dir(args.work, task, seed, arm))
+                                  for task, seed, arm in todo], [run_dir(args.work, *c) + ".train.log" for c in todo])
+            print(f"trained {dict(zip(map(str, todo), codes))}", flush=True)
+        evals = [c for c in batch if not os.path.exists(run_dir(args.work, *c) + ".eval.json")]
+        commands = [[sys.executable, "-m", "local_grpo.cli", "eval", "--run", run_dir(args.work, *c), "--samples", "0",
+                     "--json", *(["--compare"] if c[2] == "plain" else [])] for c in evals]
+        side_by_side_json(commands, [run_dir(args.work, *c) + ".eval.json" for c in evals])
 
 
 def side_by_side_json(commands: list[list[str]], outs: list[str]) -> None:
