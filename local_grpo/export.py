@@ -310,6 +310,7 @@ def export_gguf(run, config, tmp, quant, verify_prompts) -> dict:
         merged = None
         free_memory()
         llamacpp.plain_byte_level_bpe(hf_folder)
+        llamacpp.phi3_gpt2_vocabulary(hf_folder)
         if quant in llamacpp.CONVERTER_TYPES:
             llamacpp.convert(hf_folder, path, quant)
         else:

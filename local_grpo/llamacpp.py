@@ -166,6 +166,34 @@ def plain_byte_level_bpe(folder: str) -> bool:
     return True
 
 
+def phi3_gpt2_vocabulary(folder: str) -> bool:
+    """Name a Phi-3 folder's byte-level BPE tokenizer GPT2Tokenizer, the class llama.cpp's Phi-3 converter reads.
+
+    That converter takes a GPT-2 style vocabulary only when tokenizer_config.json says GPT2Tokenizer (as
+    Phi-4-mini's own file does) and otherwise wants a sentencepiece tokenizer.model; transformers 5.17 saves
+    every tokenizer as "TokenizersBackend". Only a Phi-3 folder without tokenizer.model whose tokenizer.json
+    is byte-level BPE is changed (the class name only). Returns whether the file changed.
+    """
+    config_path, tokenizer_config_path = (os.path.join(folder, name) for name in ("config.json", "tokenizer_config.json"))
+    if os.path.exists(os.path.join(folder, "tokenizer.model")) or not os.path.isfile(tokenizer_config_path):
+        return False
+    with open(config_path, encoding="utf-8") as fh:
+        if json.load(fh).get("model_type") != "phi3":
+            return False
+    with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as fh:
+        state = json.load(fh)
+    if (state.get("model") or {}).get("type") != "BPE" or not has_byte_level(state.get("pre_tokenizer")):
+        return False
+    with open(tokenizer_config_path, encoding="utf-8") as fh:
+        tokenizer_config = json.load(fh)
+    if tokenizer_config.get("tokenizer_class") == "GPT2Tokenizer":
+        return False
+    tokenizer_config["tokenizer_class"] = "GPT2Tokenizer"
+    with open(tokenizer_config_path, "w", encoding="utf-8") as fh:
+        json.dump(tokenizer_config, fh, ensure_ascii=False, indent=2)
+    return True
+
+
 def has_byte_level(pre_tokenizer: dict | None) -> bool:
     if not pre_tokenizer:
         return False

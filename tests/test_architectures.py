@@ -222,12 +222,33 @@ Q8_0_SEEN_FAILING = pytest.mark.xfail(
 
 
 @needs_converter
-@pytest.mark.parametrize("arch", ("qwen2", "qwen3", pytest.param("llama3", marks=Q8_0_SEEN_FAILING),
-                                  pytest.param("gemma3", marks=Q8_0_SEEN_FAILING)))  # Phi-3's in the matrix
+@pytest.mark.parametrize("arch", ("qwen2", "qwen3", "phi3", pytest.param("llama3", marks=Q8_0_SEEN_FAILING),
+                                  pytest.param("gemma3", marks=Q8_0_SEEN_FAILING)))
 def test_each_family_exports_a_q8_0_gguf(trained_run, arch, tmp_path):
     result = export(trained_run(arch, "fp32", 1), "gguf", str(tmp_path / "gguf"))
     assert result["file"].endswith("-q8_0.gguf") and os.path.getsize(result["file"]) > 0
     assert result["verification"]["prompts"] == 1
+
+
+@pytest.mark.parametrize("arch", ("phi3", "qwen3"))
+def test_only_a_phi3_folder_is_given_the_gpt2_tokenizer_class_llama_cpp_reads(tiny_architecture, arch, tmp_path):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from local_grpo import llamacpp
+
+    source, folder = tiny_architecture(arch), tmp_path / arch
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)  # as export saves the merged model's
+    shutil.copy(os.path.join(source, "config.json"), folder)
+    path = folder / "tokenizer_config.json"
+    before = json.loads(path.read_text())
+    assert before["tokenizer_class"] != "GPT2Tokenizer"  # transformers 5.17 writes TokenizersBackend
+    changed = llamacpp.phi3_gpt2_vocabulary(str(folder))
+    after = json.loads(path.read_text())
+    assert changed == (arch == "phi3")
+    assert after == ({**before, "tokenizer_class": "GPT2Tokenizer"} if arch == "phi3" else before)
+    assert llamacpp.phi3_gpt2_vocabulary(str(folder)) is False  # once is enough
 
 
 def test_a_4bit_qwen3_run_exports_merged16(trained_run, tiny_architecture, tmp_path):
@@ -244,13 +265,9 @@ def test_a_4bit_qwen3_run_exports_merged16(trained_run, tiny_architecture, tmp_p
 
 # --- the whole matrix: slow ---------------------------------------------------------------------
 
-# llama.cpp's Phi-3 converter reads a GPT-2 style vocabulary only when tokenizer_config.json says
-# GPT2Tokenizer (as Phi-4-mini's does), else it wants a sentencepiece tokenizer.model; transformers 5.17
-# writes "TokenizersBackend" when export saves the merged model's tokenizer.
-PHI3_GGUF = pytest.mark.xfail(strict=True, reason="export saves Phi-3's tokenizer_class as TokenizersBackend: "
-                                                  "llama.cpp's converter then asks for tokenizer.model")
+GGUF_MARKS = {"llama3": [Q8_0_SEEN_FAILING], "gemma3": [Q8_0_SEEN_FAILING]}
 MATRIX = [pytest.param(arch, quant, stage, id=f"{arch}-{quant}-{stage}",
-                       marks=[PHI3_GGUF] if (arch, stage) == ("phi3", "gguf") else [])
+                       marks=GGUF_MARKS.get(arch, []) if stage == "gguf" else [])
           for arch in ARCHITECTURES for quant in QUANTS for stage in STAGES]
 
 
