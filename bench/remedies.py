@@ -19,7 +19,7 @@ step count) and --force (the learnability gate would stop these tasks: that is t
 
 Then each arm's final adapter is scored by `local-grpo eval --run RUN --samples 0` (held-out greedy
 pass@1 on the run's 40 held-out prompts; the plain arm with --compare, which also scores the base).
-Writes bench/results/remedies.json (a row per task x arm x seed, and per task x arm the mean and the
+Writes bench/results/remedies-TASKS.json (a row per task x arm x seed, and per task x arm the mean and the
 spread) and keeps the runs under --work; prints the markdown table for docs/dynamics.md.
 
     python bench/remedies.py --minutes 8 --seeds 1 2 [--tasks word_problems arith3] [--work /tmp/remedies]
@@ -65,7 +65,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--work", default="/tmp/remedies")
-    parser.add_argument("--out", default=os.path.join(HERE, "results", "remedies.json"))
+    parser.add_argument("--out", help="default: bench/results/remedies-TASK[-TASK].json")
     parser.add_argument("--analyze-only", action="store_true", help="read the runs in --work; train nothing")
     parser.add_argument("--together", action="store_true",
                         help="train every task x seed x arm of this call side by side (default: one task and seed at a time)")
@@ -163,8 +163,10 @@ def arm_row(path: str) -> dict | None:
         with open(path + ".eval.json", encoding="utf-8") as fh:
             evaluated = json.load(fh)
     p_ref = run.read_json(rundir.P_REF) or {}
+    gate = next((e for e in run.events() if "verdict" in e), {})
     return {"run": path, "steps": summary.get("steps"), "train_seconds": summary.get("train_seconds"),
-            "p_ref": p_ref.get("mean"), "completions": len(records),
+            "p_ref": p_ref.get("mean"), "gate": {k: gate.get(k) for k in ("verdict", "successes", "completions")},
+            "completions": len(records),
             "train_success_first_quarter": success(set(steps[:quarter])),
             "train_success_last_quarter": success(set(steps[-quarter:])),
             "groups": len(groups), "groups_with_signal": with_signal,
@@ -216,6 +218,7 @@ def main() -> None:
         train_and_eval(args)
     result = analyze(args)
     result["wall_seconds"] = None if args.analyze_only else round(time.time() - started, 1)
+    args.out = args.out or os.path.join(HERE, "results", f"remedies-{'-'.join(args.tasks)}.json")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump(result, fh, indent=1)

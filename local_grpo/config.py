@@ -131,13 +131,15 @@ class GRPOSettings:
     filter_zero_std: bool = _f(False, "Skip prompts whose groups were all-right or all-wrong on recent visits.")
     prompt_sampling: str = _f("uniform", "How training prompts are drawn: uniform (TRL's shuffled order) or "
                                          "difficulty (by each prompt's estimated success, updated every step, so "
-                                         "that groups have signal; docs/dynamics.md).")
+                                         "that groups have signal; docs/dynamics.md: not shown to lift "
+                                         "held-out success in bench/remedies.py).")
     resample_all_fail: int = _f(0, "DAPO's dynamic sampling: when a prompt's whole group failed, sample it again "
                                    "up to this many times in the same step and train on a group that has a "
                                    "success instead; 0 = off.")
     hints: bool = _f(False, "For a task whose rows carry a worked solution: a prompt whose group is more likely "
                             "than not to fail as a whole (its success estimate, from p_ref on) is shown the first "
-                            "part of that solution as a hint; the loss covers only the model's own tokens.")
+                            "part of that solution as a hint; the loss covers only the model's own tokens "
+                            "(docs/dynamics.md: not shown to lift held-out success in bench/remedies.py).")
     max_minutes: float = _f(0.0, "Stop training after this many minutes (checked after each logged step); "
                                  "0 = no time limit. For comparisons at equal wall time.")
     audit: bool = _f(False, "Re-check the best completions with an independent verifier each step.")

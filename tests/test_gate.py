@@ -154,7 +154,7 @@ def test_a_random_tiny_model_stops_before_step_1_with_exit_2_and_force_trains_it
     assert cut and int(cut[1]) >= 152  # the random model's tokens rarely end before the cap
     remedies = "\n".join(block)
     for flag in ("--max-completion-length 16", "--system-prompt", "--config FILE | --dataset FILE", "--model NAME",
-                 "--num-generations 8", "--force"):
+                 "--num-generations 8", "--resample-all-fail 2 --force", "--force "):
         assert f"\n    {flag}" in remedies, flag
     assert block[-1].startswith(f"  evidence: {os.path.join(out, rundir.P_REF)}")
     assert len(block) <= 14  # short

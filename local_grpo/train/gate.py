@@ -174,7 +174,9 @@ def remedies(verdict: str, m: Measured, config: Config) -> list[tuple[str, str]]
         out += [("--system-prompt TEXT", "ask for the answer in the layout the success reward reads"),
                 ("--config FILE | --dataset FILE", "an easier task (data.task_options, e.g. arithmetic {digits: 1})"),
                 ("--model NAME", "a stronger starting model (larger, instruction-tuned)"),
-                (f"--num-generations {2 * g.num_generations}", "larger groups: more of them hold a success")]
+                (f"--num-generations {2 * g.num_generations}", "larger groups: more of them hold a success"),
+                ("--resample-all-fail 2 --force", "retry groups with no success (DAPO): a rare success becomes a "
+                                                  "signal (none at a true 0; docs/dynamics.md)")]
     else:
         out.append(("--config FILE | --dataset FILE",
                     "a harder task (data.task_options): all-right groups teach nothing"))
