@@ -299,6 +299,8 @@ def export_gguf(run, config, tmp, quant, verify_prompts) -> dict:
     trained = load_trained(config, run)
     tokenizer, device = trained.tokenizer, trained.device
     merged = merged_model(config, run, trained)
+    if problem := llamacpp.layer_pattern_problem(merged.config):
+        raise llamacpp.LlamaCppError(problem)
     want = reference_ids(merged, tokenizer, config, verify_prompts) if verify_prompts else None
     stop_ids = end_token_ids(merged, tokenizer)
     filename = f"{gguf_file_stem(config)}-{quant}.gguf"

@@ -61,6 +61,26 @@ def converter_dir() -> str:
     return folder
 
 
+def layer_pattern_problem(model_config) -> str | None:
+    """Why llama.cpp would run this model with the wrong attention layers, or None.
+
+    llama.cpp's Gemma 3 converter (llama-cpp-python 0.3.36) writes the sliding window but not which layers
+    use it, and llama.cpp then assumes Gemma 3's own pattern, every 6th layer global. Every released Gemma 3
+    follows it; a model whose `layer_types` differ would convert without an error and compute otherwise.
+    """
+    text = model_config.get_text_config()
+    layer_types = getattr(text, "layer_types", None)
+    if getattr(text, "model_type", None) not in ("gemma3", "gemma3_text") or not layer_types:
+        return None
+    assumed = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(len(layer_types))]
+    if list(layer_types) == assumed:
+        return None
+    return (f"this Gemma 3 model's layer_types ({len(layer_types)} layers, global at "
+            f"{[i for i, t in enumerate(layer_types) if t == 'full_attention']}) differ from every 6th layer global, "
+            "the pattern llama.cpp assumes for Gemma 3 (its converter does not write it): the GGUF would compute "
+            "another model; export merged16 instead")
+
+
 def runtime_available() -> bool:
     """Whether llama-cpp-python (the runtime and the quantizer) is installed."""
     return importlib.util.find_spec("llama_cpp") is not None

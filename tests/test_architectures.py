@@ -90,7 +90,9 @@ def check_trained(run_path: str, steps: int, model_dir: str) -> None:
 def export(run_path: str, fmt: str, out: str) -> dict:
     from local_grpo import export as export_mod
 
-    return export_mod.export_run(run_path, fmt, out, quant="q8_0" if fmt == "gguf" else None, verify_prompts=1)
+    # q8_0 is judged on next-token choices: 4 prompts x 8 tokens, so one near-tie flip is not the verdict
+    return export_mod.export_run(run_path, fmt, out, quant="q8_0" if fmt == "gguf" else None,
+                                 verify_prompts=4 if fmt == "gguf" else 1)
 
 
 # --- the tokenizer and LoRA's modules ------------------------------------------------------------
@@ -205,7 +207,8 @@ def test_cpu_sampling_speedups_give_plain_generations_tokens(adapted_model, arch
         if quant == "fp32":
             with generation.bf16_weights_for_sampling(model):
                 bf16 = model(**batch).logits
-            assert (bf16.float() - plain).abs().max() < 0.05 * plain.abs().max()
+            layers = model.config.get_text_config().num_hidden_layers  # bf16 rounding adds up layer by layer
+            assert (bf16.float() - plain).abs().max() < 0.025 * layers * plain.abs().max()
 
 
 # --- train and export: in the default selection --------------------------------------------------
@@ -216,9 +219,9 @@ def test_each_family_trains_one_step(trained_run, tiny_architecture, arch):
 
 
 Q8_0_SEEN_FAILING = pytest.mark.xfail(
-    strict=False, reason="seen failing the q8_0 check in llama.cpp on a 2-core AMX Xeon (2026-12-03): tiny random "
-    "llama3 agreed on 88% of next-token choices (rule: 90%), gemma3 on 12%; open question whether it is random-weight "
-    "near-ties / the local llama.cpp build or a conversion fault (see the session note)")
+    strict=False, reason="near-ties of a random model: tiny llama3's and gemma3's top-2 logits are ~0.02 apart "
+    "(qwen/phi ~0.4), q8_0 moves them ~0.013, so a few next-token choices flip (llama3 seen at 88% of 8, rule 90%); "
+    "f32 agrees with the merged model")
 
 
 @needs_converter
@@ -227,7 +230,19 @@ Q8_0_SEEN_FAILING = pytest.mark.xfail(
 def test_each_family_exports_a_q8_0_gguf(trained_run, arch, tmp_path):
     result = export(trained_run(arch, "fp32", 1), "gguf", str(tmp_path / "gguf"))
     assert result["file"].endswith("-q8_0.gguf") and os.path.getsize(result["file"]) > 0
-    assert result["verification"]["prompts"] == 1
+    assert result["verification"]["prompts"] == 4
+
+
+def test_a_gemma3_layer_pattern_llama_cpp_would_not_follow_is_refused():
+    from transformers import Gemma3TextConfig, LlamaConfig
+
+    from local_grpo import llamacpp
+
+    assert llamacpp.layer_pattern_problem(Gemma3TextConfig(num_hidden_layers=12)) is None  # Gemma 3's own 5:1
+    assert llamacpp.layer_pattern_problem(LlamaConfig(num_hidden_layers=2)) is None
+    problem = llamacpp.layer_pattern_problem(
+        Gemma3TextConfig(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"]))
+    assert "global at [1]" in problem and "every 6th layer global" in problem and "merged16" in problem
 
 
 @pytest.mark.parametrize("arch", ("phi3", "qwen3"))
