@@ -117,7 +117,6 @@ class Architecture:
     pad: str = "<|endoftext|>"
     tokenizer_class: str | None = None  # written into tokenizer_config.json when the family's converter reads it
     fused: tuple[str, ...] = ()  # fused projection names LoRA must reach
-    layers: int | None = None  # the family needs this many layers (None: build_architecture's `layers`)
 
 
 # Every projection's output size is a multiple of 32: bitsandbytes' 4-bit layout on CPUs with AVX512-BF16
@@ -147,13 +146,13 @@ ARCHITECTURES = {
                                               rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
                           template="qwen3.jinja"),
     # Gemma 3 (text): sliding-window and global layers, query_pre_attn_scalar, scaled embeddings, no system role.
-    # Six layers in Gemma 3's own pattern (every 6th global), the one llama.cpp assumes (export.GGUF refuses others)
+    # Six layers in Gemma 3's own pattern (every 6th global), the one llama.cpp assumes (GGUF export refuses others)
     "gemma3": Architecture("Gemma3TextConfig", dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                                     query_pre_attn_scalar=16, sliding_window=16,
                                                     layer_types=["sliding_attention"] * 5 + ["full_attention"],
                                                     tie_word_embeddings=True),
                            template="gemma3.jinja", special_tokens=["<bos>", "<start_of_turn>", "<end_of_turn>"],
-                           bos="<bos>", eos="<end_of_turn>", layers=6),
+                           bos="<bos>", eos="<end_of_turn>"),
     # Phi-4-mini: fused qkv_proj and gate_up_proj, partial rotary, tied head; a GPT-2 style BPE
     "phi3": Architecture("Phi3Config", dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
                                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
@@ -196,8 +195,9 @@ def build_architecture(name: str, out_dir: str, tokenizer_dir: str, hidden: int 
     ids = tokenizer.convert_tokens_to_ids
     config = getattr(transformers, arch.config_class)(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2,
-        num_hidden_layers=arch.layers or layers, max_position_embeddings=1024, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=ids(arch.eos), pad_token_id=ids(arch.pad), **arch.config)
+        num_hidden_layers=len(arch.config.get("layer_types", ())) or layers,  # a family's own layer pattern sets it
+        max_position_embeddings=1024, bos_token_id=tokenizer.bos_token_id, eos_token_id=ids(arch.eos),
+        pad_token_id=ids(arch.pad), **arch.config)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
